@@ -1,0 +1,60 @@
+# StarForge: `make demo` runs a real training job end to end; `make test` runs the whole suite.
+# Both set up everything they need on a fresh machine of ours (Debian, root, package registries).
+
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+STAMP := $(VENV)/.installed
+APT_STAMP := build/.apt-installed
+APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 chromium chromium-driver
+
+.PHONY: demo test setup venv system-deps gen gen-check lint capsule unit integration bench soak clean
+
+demo: venv capsule  ## a real training job, submitted with sf and followed to SUCCEEDED
+	$(BIN)/python -m tools.demo
+
+test: system-deps venv capsule lint  ## everything CI runs
+	$(BIN)/python -m pytest -p no:cacheprovider -ra $(PYTEST_ARGS)
+
+setup: system-deps venv capsule
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
+	$(BIN)/python tools/install_pth.py
+	touch $@
+
+venv: $(STAMP)
+
+system-deps: $(APT_STAMP)
+
+$(APT_STAMP):
+	tools/install_system_deps.sh $(APT_PACKAGES)
+	mkdir -p build && touch $@
+
+gen: venv  ## regenerate gen/ from proto/
+	buf generate
+
+lint: venv
+	ruff check .
+	ruff format --check .
+	mypy .
+	buf lint
+
+capsule: venv  ## build the content-addressed runner.pex
+	$(BIN)/python -m capsule.build --out build/capsule
+
+unit: venv
+	$(BIN)/python -m pytest -p no:cacheprovider tests/unit
+
+bench: setup
+	$(BIN)/python -m bench
+
+soak: setup
+	$(BIN)/python -m pytest -p no:cacheprovider tests/reliability -m soak --run-soak
+
+clean:
+	rm -rf build .mypy_cache .ruff_cache

@@ -1,0 +1,36 @@
+"""Client channels: one place for keepalive, message sizes and bearer-token metadata."""
+
+from __future__ import annotations
+
+import grpc
+
+from common.server import MAX_MESSAGE_BYTES
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.enable_retries", 0),
+    # reconnect fast after a server restart (tests restart servers; the default backoff is 20 s)
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+def aio_channel(address: str) -> grpc.aio.Channel:
+    """An insecure grpc.aio channel to `address` (loopback or a private network)."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying a token."""
+    return (("authorization", f"Bearer {token}"),)
+
+
+def token_from_metadata(metadata: object) -> str | None:
+    """The bearer token of an incoming call, or None."""
+    for key, value in metadata or ():  # type: ignore[attr-defined]
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value[len("Bearer ") :].strip() or None
+    return None

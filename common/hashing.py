@@ -1,0 +1,26 @@
+"""Content digests (sha256, lowercase hex) used for blobs, manifests and the capsule."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import re
+
+DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+CHUNK = 1 << 20
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def is_digest(value: str) -> bool:
+    return bool(DIGEST_RE.match(value))

@@ -1,0 +1,62 @@
+from starforge.forgelet.v1 import node_pb2 as _node_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterNodeRequest(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: _node_pb2.Node
+    def __init__(self, node: _Optional[_Union[_node_pb2.Node, _Mapping]] = ...) -> None: ...
+
+class RegisterNodeResponse(_message.Message):
+    __slots__ = ("heartbeat_interval_seconds", "node")
+    HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval_seconds: int
+    node: _node_pb2.Node
+    def __init__(self, heartbeat_interval_seconds: _Optional[int] = ..., node: _Optional[_Union[_node_pb2.Node, _Mapping]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("name", "running_attempt_ids", "used_gpu_indices")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_ATTEMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    USED_GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    running_attempt_ids: _containers.RepeatedScalarFieldContainer[str]
+    used_gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., running_attempt_ids: _Optional[_Iterable[str]] = ..., used_gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: _node_pb2.NodeState
+    def __init__(self, state: _Optional[_Union[_node_pb2.NodeState, str]] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ("fleet",)
+    FLEET_FIELD_NUMBER: _ClassVar[int]
+    fleet: str
+    def __init__(self, fleet: _Optional[str] = ...) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[_node_pb2.Node]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[_node_pb2.Node, _Mapping]]] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DrainNodeResponse(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: _node_pb2.Node
+    def __init__(self, node: _Optional[_Union[_node_pb2.Node, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,19 @@
+"""Session-wide test set-up shared by unit and integration tests.
+
+Backends (dockerd, the Kubernetes CRD server, the Slurm cluster, PostgreSQL) are started by
+session fixtures in tests/integration/backends/, stopped by PID when the session ends. A backend
+that cannot start fails its tests loudly; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Tools installed in the venv (buf, ruff, envoy, sf) must be found even when pytest is run directly.
+_venv_bin = str(pathlib.Path(sys.executable).parent)
+if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _venv_bin + os.pathsep + os.environ.get("PATH", "")
