@@ -98,7 +98,9 @@ def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
     if unknown:
         key = unknown[0]
         close = difflib.get_close_matches(str(key), fields, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(sorted(fields))}"
+        hint = (
+            f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(sorted(fields))}"
+        )
         raise ConfigError(f"{where}: unknown key {key!r}{hint}")
     kwargs = {}
     for name, value in data.items():

@@ -80,7 +80,9 @@ def internal_error(exc: BaseException) -> errors.Internal:
     """Log an unexpected exception with an incident id and return what the caller may see."""
     incident = secrets.token_hex(4)
     log.error("unexpected error, incident %s", incident, exc_info=exc)
-    return errors.Internal(f"internal error in the StarForge server (incident {incident}; see the server log)")
+    return errors.Internal(
+        f"internal error in the StarForge server (incident {incident}; see the server log)"
+    )
 
 
 def from_rpc_error(err: grpc.RpcError) -> errors.StarforgeError:
@@ -100,7 +102,7 @@ def from_rpc_error(err: grpc.RpcError) -> errors.StarforgeError:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 name = "ERROR_REASON_" + info.reason
-                if name in error_reason_pb2.ErrorReason.keys():
+                if name in error_reason_pb2.ErrorReason.keys():  # noqa: SIM118 - EnumTypeWrapper has no __contains__
                     kwargs["reason"] = error_reason_pb2.ErrorReason.Value(name)
                 kwargs["metadata"] = dict(info.metadata)
             elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
@@ -134,21 +136,21 @@ Handler = Callable[..., Any]
 
 
 def _wrap_unary(behavior: Handler) -> Handler:
-    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def wrapper(request: Any, context: Any) -> Any:
         try:
             return await behavior(request, context)
         except errors.StarforgeError as err:
             await context.abort_with_status(to_grpc_status(err))
         except (grpc.aio.AbortError, grpc.aio.UsageError):
             raise
-        except Exception as exc:  # noqa: BLE001 - the one place unexpected errors are caught
+        except Exception as exc:
             await context.abort_with_status(to_grpc_status(internal_error(exc)))
 
     return wrapper
 
 
 def _wrap_stream(behavior: Handler) -> Handler:
-    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def wrapper(request: Any, context: Any) -> AsyncIterator[Any]:
         try:
             async for item in behavior(request, context):
                 yield item
@@ -156,20 +158,20 @@ def _wrap_stream(behavior: Handler) -> Handler:
             await context.abort_with_status(to_grpc_status(err))
         except (grpc.aio.AbortError, grpc.aio.UsageError):
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             await context.abort_with_status(to_grpc_status(internal_error(exc)))
 
     return wrapper
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Maps exceptions from every handler to a gRPC status (see module docstring)."""
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Any:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler

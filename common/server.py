@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import _async as health_aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from common.rpc_status import ErrorInterceptor
@@ -44,9 +45,9 @@ async def create_server(
     addr: str,
     services: Sequence[Service],
     *,
-    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    interceptors: Sequence[Any] = (),
     options: Sequence[tuple[str, Any]] = (),
-) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+) -> tuple[grpc.aio.Server, int, health_aio.HealthServicer]:
     """Build (not start) a server on `addr`; returns (server, bound port, health servicer)."""
     server = grpc.aio.server(
         interceptors=[*interceptors, ErrorInterceptor()],
@@ -60,7 +61,7 @@ async def create_server(
             *options,
         ],
     )
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for s in services:
         s.add_to_server(s.servicer, server)
@@ -79,7 +80,7 @@ async def create_server(
 
 async def serve_until_signal(
     server: grpc.aio.Server,
-    health_servicer: health.aio.HealthServicer | None = None,
+    health_servicer: health_aio.HealthServicer | None = None,
     *,
     grace: float = 5.0,
     on_stop: Callable[[], Awaitable[None]] | None = None,

@@ -1,0 +1,1 @@
+"""Executor services: one gRPC ExecutorService interface, one implementation per kind."""
