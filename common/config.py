@@ -52,7 +52,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
-        return _build(tp, value, where)
+        return build_dataclass(tp, value, where)
     if origin in (list, tuple) or tp in (list, tuple):
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -65,9 +65,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
         key_tp, val_tp = args if args else (Any, Any)
-        return {
-            _coerce(k, key_tp, f"{where}.{k}"): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()
-        }
+        return {_coerce(k, key_tp, f"{where}.{k}"): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -91,16 +89,14 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported type {_type_name(tp)}")
 
 
-def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+def build_dataclass(cls: type[T], data: Mapping[str, Any], where: str) -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
         close = difflib.get_close_matches(str(key), fields, n=3)
-        hint = (
-            f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(sorted(fields))}"
-        )
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(sorted(fields))}"
         raise ConfigError(f"{where}: unknown key {key!r}{hint}")
     kwargs = {}
     for name, value in data.items():
@@ -172,4 +168,4 @@ def load_config(
     names = set(env_keys) if env_keys is not None else {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     overrides = {k: v for k, v in _env_overrides(env, prefix).items() if k in names}
     data = _merge(data, overrides)
-    return _build(cls, data, "")
+    return build_dataclass(cls, data, "")

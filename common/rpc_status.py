@@ -80,9 +80,7 @@ def internal_error(exc: BaseException) -> errors.Internal:
     """Log an unexpected exception with an incident id and return what the caller may see."""
     incident = secrets.token_hex(4)
     log.error("unexpected error, incident %s", incident, exc_info=exc)
-    return errors.Internal(
-        f"internal error in the StarForge server (incident {incident}; see the server log)"
-    )
+    return errors.Internal(f"internal error in the StarForge server (incident {incident}; see the server log)")
 
 
 def from_rpc_error(err: grpc.RpcError) -> errors.StarforgeError:

@@ -50,7 +50,8 @@ async def create_server(
 ) -> tuple[grpc.aio.Server, int, health_aio.HealthServicer]:
     """Build (not start) a server on `addr`; returns (server, bound port, health servicer)."""
     server = grpc.aio.server(
-        interceptors=[*interceptors, ErrorInterceptor()],
+        # ErrorInterceptor first: it wraps everything after it, auth refusals included.
+        interceptors=[ErrorInterceptor(), *interceptors],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -154,9 +154,7 @@ def capabilities_to_proto(caps: Capabilities) -> ex_pb.DescribeCapabilitiesRespo
         runtime=caps.runtime,
         capabilities=sorted(caps.capabilities),  # type: ignore[arg-type]
         inventory=[
-            ex_pb.SeriesInventory(
-                series=i.series, nodes=i.nodes, gpus_per_node=i.gpus_per_node, free_gpus=i.free_gpus
-            )
+            ex_pb.SeriesInventory(series=i.series, nodes=i.nodes, gpus_per_node=i.gpus_per_node, free_gpus=i.free_gpus)
             for i in caps.inventory
         ],
         version=caps.version,

@@ -61,9 +61,7 @@ class ExecutorServicer(ex_grpc.ExecutorServiceServicer):
         self._check(context)
         return ex_pb.CleanupResponse(removed=await self._executor.cleanup(request.attempt_id))
 
-    async def ListAttempts(
-        self, request: ex_pb.ListAttemptsRequest, context: Any
-    ) -> ex_pb.ListAttemptsResponse:
+    async def ListAttempts(self, request: ex_pb.ListAttemptsRequest, context: Any) -> ex_pb.ListAttemptsResponse:
         self._check(context)
         found = await self._executor.list_attempts()
         return ex_pb.ListAttemptsResponse(observations=[observation_to_proto(o) for o in found])

@@ -64,16 +64,12 @@ def _undocumented(path: pathlib.Path) -> list[str]:
             # paths of interest: message (4,i), field (4,i,2,j), enum (5,i), value (5,i,2,j),
             # nested enum values, service (6,i), method (6,i,2,j)
             p = list(loc.path)
-            interesting = (len(p) == 2 and p[0] in (4, 5, 6)) or (
-                len(p) == 4 and p[0] in (4, 5, 6) and p[2] == 2
-            )
+            interesting = (len(p) == 2 and p[0] in (4, 5, 6)) or (len(p) == 4 and p[0] in (4, 5, 6) and p[2] == 2)
             if interesting and not loc.leading_comments.strip():
                 missing.append(f"{f.name}:{loc.span[0] + 1}")
     return missing
 
 
-@pytest.mark.parametrize(
-    "proto", sorted((ROOT / "proto" / "starforge").rglob("*.proto")), ids=lambda p: p.name
-)
+@pytest.mark.parametrize("proto", sorted((ROOT / "proto" / "starforge").rglob("*.proto")), ids=lambda p: p.name)
 def test_every_element_is_commented(proto: pathlib.Path) -> None:
     assert _undocumented(proto) == []

@@ -1,0 +1,1 @@
+"""The StarForge control plane: admission, ledger, queue and scheduler, dispatch, ingest, stores."""

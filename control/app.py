@@ -1,0 +1,204 @@
+"""Wire the control plane together and run it: `start_control(cfg)` returns a running ControlApp.
+
+Start-up order matters for crash safety: the ledger is migrated, the executors are asked what
+they are, and every attempt the ledger thinks is active is reconciled with its executor BEFORE the
+scheduler dispatches anything new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import grpc
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from starforge.catalog.v1 import catalog_service_pb2, catalog_service_pb2_grpc
+from starforge.control.v1 import (
+    account_service_pb2,
+    account_service_pb2_grpc,
+    blob_service_pb2,
+    blob_service_pb2_grpc,
+    control_service_pb2,
+    control_service_pb2_grpc,
+    fleet_service_pb2,
+    fleet_service_pb2_grpc,
+)
+from starforge.executor.v1 import launch_request_pb2 as lr
+from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
+
+from common.server import create_server, service
+from control import assembly, auth, capsule_assets
+from control.blobstore import BlobStore
+from control.config import ControlConfig
+from control.context import Context
+from control.db import migrate
+from control.db import models as m
+from control.db.engine import Database
+from control.events import Notifier
+from control.executors import ExecutorPool
+from control.scheduler.dispatch import Scheduler
+from control.scheduler.reconcile import Reconciler
+from control.services.account_service import AccountServicer
+from control.services.blob_service import BlobServicer
+from control.services.catalog_service import CatalogServicer
+from control.services.control_service import ControlServicer
+from control.services.fleet_service import FleetServicer
+from control.services.ingest_service import IngestServicer
+from recipes.catalog import load_catalog
+
+log = logging.getLogger("starforge.control")
+
+
+@dataclass
+class ControlApp:
+    ctx: Context
+    server: grpc.aio.Server
+    port: int
+    scheduler: Scheduler
+    reconciler: Reconciler
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return self.ctx.public_address
+
+    async def stop(self, grace: float = 2.0) -> None:
+        self.stop_event.set()
+        self.ctx.notifier.notify("schedule", "reconcile")
+        await self.server.stop(grace)
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.scheduler.close()
+        await self.ctx.executors.close()
+        self.ctx.db.close()
+
+
+def bootstrap_admin(db: Database, name: str, state_dir: pathlib.Path) -> pathlib.Path | None:
+    """Create the first admin and write its token to state_dir/admin-token (0600), once."""
+    path = state_dir / "admin-token"
+
+    def create(s: Session) -> str | None:
+        if s.scalar(select(func.count()).select_from(m.User)):
+            return None
+        auth.create_user(s, name, admin=True)
+        token, _ = auth.issue_token(s, name, "pat", name="bootstrap")
+        return token
+
+    token = db.run_sync(create)
+    if token is not None:
+        path.touch(mode=0o600)
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+        log.info("created admin user %s; token in %s", name, path)
+    return path if path.exists() else None
+
+
+class RunBlobs:
+    """Which blobs a run token may read: its attempts' capsule, workspace and dataset files."""
+
+    def __init__(self, db: Database, size: int = 256) -> None:
+        self.db = db
+        self.size = size
+        self._cache: OrderedDict[str, set[str]] = OrderedDict()
+
+    async def allowed(self, job_id: str, digest: str) -> bool:
+        digests = self._cache.get(job_id)
+        if digests is None or digest not in digests:
+
+            def load(s: Session) -> set[str]:
+                out: set[str] = set()
+                for data in s.scalars(select(m.Attempt.launch).where(m.Attempt.job_id == job_id)):
+                    if data:
+                        req = lr.LaunchRequest()
+                        req.ParseFromString(data)
+                        out |= assembly.run_digests(req)
+                return out
+
+            digests = await self.db.run(load)
+            self._cache[job_id] = digests
+            while len(self._cache) > self.size:
+                self._cache.popitem(last=False)
+        return digest in digests
+
+
+async def start_control(cfg: ControlConfig) -> ControlApp:
+    state_dir = cfg.resolved_state_dir
+    state_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(cfg.resolved_database_url)
+    await asyncio.to_thread(migrate.upgrade, db.engine)
+    if cfg.bootstrap_admin:
+        bootstrap_admin(db, cfg.bootstrap_admin, state_dir)
+    store = BlobStore(cfg.resolved_blob_dir)
+    catalog = load_catalog()
+    assets = await asyncio.to_thread(capsule_assets.load, cfg.capsule_dir.expanduser().resolve(), store)
+    executors = ExecutorPool(cfg.fleets, cfg.executor_deadline_seconds)
+    verifier = auth.TokenVerifier(db)
+    notifier = Notifier()
+    ctx = Context(
+        cfg=cfg,
+        db=db,
+        store=store,
+        catalog=catalog,
+        assets=assets,
+        executors=executors,
+        notifier=notifier,
+        verifier=verifier,
+        replica_id=secrets.token_hex(6),
+        public_address="",
+    )
+    run_blobs = RunBlobs(db)
+    services = [
+        service(
+            ControlServicer(ctx),
+            control_service_pb2_grpc.add_ControlServiceServicer_to_server,
+            control_service_pb2.DESCRIPTOR.services_by_name["ControlService"],
+        ),
+        service(
+            IngestServicer(ctx),
+            ingest_service_pb2_grpc.add_IngestServiceServicer_to_server,
+            ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"],
+        ),
+        service(
+            BlobServicer(store, run_blobs.allowed),
+            blob_service_pb2_grpc.add_BlobServiceServicer_to_server,
+            blob_service_pb2.DESCRIPTOR.services_by_name["BlobService"],
+        ),
+        service(
+            CatalogServicer(catalog),
+            catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server,
+            catalog_service_pb2.DESCRIPTOR.services_by_name["CatalogService"],
+        ),
+        service(
+            AccountServicer(db, verifier),
+            account_service_pb2_grpc.add_AccountServiceServicer_to_server,
+            account_service_pb2.DESCRIPTOR.services_by_name["AccountService"],
+        ),
+        service(
+            FleetServicer(ctx),
+            fleet_service_pb2_grpc.add_FleetServiceServicer_to_server,
+            fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"],
+        ),
+    ]
+    server, port, _health = await create_server(cfg.listen, services, interceptors=[auth.AuthInterceptor(verifier)])
+    host = cfg.listen.rsplit(":", 1)[0]
+    ctx.public_address = cfg.public_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
+    await server.start()
+    scheduler = Scheduler(ctx)
+    reconciler = Reconciler(ctx, scheduler)
+    ctx.stop_attempt = lambda attempt_id, fleet: scheduler.spawn(reconciler.stop_attempt(attempt_id, fleet))
+    app = ControlApp(ctx, server, port, scheduler, reconciler)
+    await executors.check_all()
+    await reconciler.tick()  # crash recovery first: catch up with every executor
+    app.tasks = [
+        asyncio.create_task(scheduler.run(app.stop_event)),
+        asyncio.create_task(reconciler.run(app.stop_event)),
+    ]
+    log.info("control plane serving on %s (replica %s)", ctx.public_address, ctx.replica_id)
+    return app

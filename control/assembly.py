@@ -1,0 +1,140 @@
+"""Assembly: JobSpec + server configuration + capsule -> LaunchRequest, independent of the backend.
+
+Per attempt it writes capsule.json (every capsule and workspace file with its digest, and what to
+run) into the blob store; its digest becomes FORGE_CAPSULE_SHA256, bootstrap.sh's trust root.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from starforge.executor.v1 import launch_request_pb2 as lr
+from starforge.job.v1 import job_spec_pb2
+
+from control.blobstore import BlobStore
+from control.capsule_assets import CapsuleAssets
+from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB  # label names are part of the contract
+from recipes.catalog import RecipeDecl
+
+CAPSULE_SCHEMA = "starforge.capsule/v1"
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    job_id: str
+    attempt_id: str
+    number: int
+    owner: str
+    project: str
+    resume: bool
+
+
+def observability_mode(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl) -> str:
+    mode = spec.observability.mode
+    if mode == job_spec_pb2.OBSERVABILITY_MODE_PLATFORM:
+        return "platform"
+    if mode == job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL:
+        return "external"
+    return recipe.default_observability
+
+
+def capsule_json(
+    info: AttemptInfo,
+    spec: job_spec_pb2.JobSpec,
+    pools: Sequence[job_spec_pb2.Pool],
+    recipe: RecipeDecl,
+    resolved_config: dict[str, object],
+    assets: CapsuleAssets,
+) -> bytes:
+    """capsule.json as specified in docs/ARCHITECTURE.md (canonical JSON: sorted keys, no spaces)."""
+    files = [
+        {"root": "capsule", "path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable}
+        for f in assets.files
+    ] + [
+        {"root": "workspace", "path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable}
+        for f in spec.workspace.files
+    ]
+    doc = {
+        "schema": CAPSULE_SCHEMA,
+        "job_id": info.job_id,
+        "attempt_id": info.attempt_id,
+        "attempt_number": info.number,
+        "runner": assets.runner,
+        "files": files,
+        "run": {
+            "method": recipe.name,
+            "adapter": recipe.adapter,
+            "experiment": spec.experiment,
+            "entrypoint": recipe.entrypoint.format(experiment=spec.experiment),
+            "config": resolved_config,
+            "overrides": [{"key": o.key, "value": o.value} for o in spec.overrides],
+            "observability": observability_mode(spec, recipe),
+            "model": spec.model,
+            "train_data": spec.train_data.path,
+            "validation_data": spec.validation_data.path,
+            "pools": [
+                {"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node} for p in pools
+            ],
+        },
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def build_launch(
+    info: AttemptInfo,
+    spec: job_spec_pb2.JobSpec,
+    pools: Sequence[job_spec_pb2.Pool],
+    recipe: RecipeDecl,
+    resolved_config: dict[str, object],
+    image: str,
+    runtime_id: str,
+    assets: CapsuleAssets,
+    store: BlobStore,
+    *,
+    run_token: str,
+    public_address: str,
+    stop_grace_seconds: int,
+    secret_env: dict[str, str] | None = None,
+    datasets: Sequence[lr.ResolvedDataset] = (),
+) -> lr.LaunchRequest:
+    """The LaunchRequest of one attempt; stores its capsule.json in `store`."""
+    cj = capsule_json(info, spec, pools, recipe, resolved_config, assets)
+    cj_digest = store.put_bytes(cj)
+    capsule = lr.Capsule(capsule_digest=cj_digest, runner_digest=assets.runner_digest)
+    for f in assets.files:
+        capsule.files.add(path=f.path, sha256=f.sha256, size=f.size, executable=f.executable)
+    capsule.files.add(path="capsule.json", sha256=cj_digest, size=len(cj), executable=False)
+    env = dict(spec.env)
+    env["FORGE_METHOD"] = recipe.name
+    env["FORGE_EXPERIMENT"] = spec.experiment
+    return lr.LaunchRequest(
+        attempt_id=info.attempt_id,
+        job_id=info.job_id,
+        attempt_number=info.number,
+        owner=info.owner,
+        project=info.project,
+        spec=spec,
+        pools=list(pools),
+        image=image,
+        runtime_id=runtime_id,
+        capsule=capsule,
+        blob_source=lr.BlobSource(address=public_address, token=run_token),
+        ingest=lr.IngestTarget(address=public_address, token=run_token),
+        env=env,
+        secret_env=secret_env or {},
+        labels={LABEL_JOB: info.job_id, LABEL_ATTEMPT: info.attempt_id},
+        datasets=list(datasets),
+        resume=info.resume,
+        stop_grace_seconds=stop_grace_seconds,
+    )
+
+
+def run_digests(launch: lr.LaunchRequest) -> set[str]:
+    """Every blob an attempt may read with its run token."""
+    digests = {f.sha256 for f in launch.capsule.files}
+    digests.update(f.sha256 for f in launch.spec.workspace.files)
+    for d in launch.datasets:
+        digests.update(f.sha256 for f in d.manifest.files)
+    return digests

@@ -1,0 +1,137 @@
+"""ControlConfig: the control plane's configuration (defaults -> YAML file -> STARFORGE_* env)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from common.config import ConfigError, load_config
+
+EXECUTOR_KINDS = ("local", "agent", "kuberay", "slurm")
+
+
+@dataclass(frozen=True)
+class InventoryConfig:
+    """GPUs of one series in a fleet: `nodes` x `gpus_per_node`."""
+
+    series: str
+    nodes: int = 1
+    gpus_per_node: int = 0
+    # For CPU series (no GPUs): how many jobs may run at once; 0 means no limit.
+    slots: int = 0
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """A group of machines run by one executor kind, reached at `address`.
+
+    The kind decides the executor: the control plane checks at start-up that the executor at
+    `address` reports this kind and refuses to start otherwise (never another backend).
+    """
+
+    name: str
+    kind: str
+    address: str
+    inventory: list[InventoryConfig] = field(default_factory=list)
+    token: str = ""
+    window: str = ""
+    queues: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """One GPU series of the hardware registry."""
+
+    series: str
+    gpus_per_node: int
+    gpu_memory_gib: int = 0
+    interconnect: str = ""
+    default_gpus: int = 0
+    max_nodes: int = 1
+    description: str = ""
+
+
+DEFAULT_PROFILES = [
+    ProfileConfig("h200", 8, 141, "nvlink+ib-400g", 8, 64, "NVIDIA H200 SXM, 8 per node"),
+    ProfileConfig("h100", 8, 80, "nvlink+ib-400g", 8, 64, "NVIDIA H100 SXM, 8 per node"),
+    ProfileConfig("a100", 8, 80, "nvlink+ib-200g", 8, 32, "NVIDIA A100 80GB, 8 per node"),
+    ProfileConfig("l40s", 4, 48, "pcie", 1, 8, "NVIDIA L40S, 4 per node"),
+    ProfileConfig("cpu", 0, 0, "none", 0, 1, "CPU only (no GPU)"),
+]
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Everything the control plane needs; see docs/configuration.md for each key."""
+
+    listen: str = "127.0.0.1:7070"
+    # Address jobs use to reach ingest and blobs; empty means `listen` (fine on one machine).
+    public_address: str = ""
+    state_dir: pathlib.Path = pathlib.Path("~/.local/share/starforge/console")
+    # SQLAlchemy URL; empty means SQLite in state_dir. PostgreSQL: postgresql+psycopg://...
+    database_url: str = ""
+    blob_dir: pathlib.Path | None = None
+    capsule_dir: pathlib.Path = pathlib.Path("build/capsule")
+    fleets: list[FleetConfig] = field(default_factory=list)
+    profiles: list[ProfileConfig] = field(default_factory=lambda: list(DEFAULT_PROFILES))
+    # Registries (prefixes) images may come from; empty allows none except process-runtime "host".
+    image_allowlist: list[str] = field(default_factory=list)
+    # Framework -> default image (the console's framework default).
+    default_images: dict[str, str] = field(default_factory=dict)
+    scheduler_interval_seconds: float = 0.5
+    reconcile_interval_seconds: float = 2.0
+    executor_deadline_seconds: float = 30.0
+    default_retry_budget: int = 2
+    stop_grace_seconds: int = 10
+    # Create this admin user at start when there are no users; its token goes to state_dir/admin-token.
+    bootstrap_admin: str = ""
+    # Prometheus /metrics on this address; empty disables.
+    metrics_listen: str = ""
+    hf_endpoint: str = "https://huggingface.co"
+    hf_token: str = ""
+    log_level: str = "info"
+
+    @property
+    def resolved_state_dir(self) -> pathlib.Path:
+        return self.state_dir.expanduser().resolve()
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.resolved_state_dir / 'ledger.db'}"
+
+    @property
+    def resolved_blob_dir(self) -> pathlib.Path:
+        return (self.blob_dir or self.resolved_state_dir / "blobs").expanduser().resolve()
+
+    def fleet(self, name: str) -> FleetConfig | None:
+        return next((f for f in self.fleets if f.name == name), None)
+
+    def validate(self) -> None:
+        """Checks that need more than types; raises ConfigError."""
+        names = [f.name for f in self.fleets]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ConfigError(f"fleets: duplicate fleet name {sorted(dup)[0]!r}")
+        known_series = {p.series for p in self.profiles}
+        for f in self.fleets:
+            if f.kind not in EXECUTOR_KINDS:
+                raise ConfigError(
+                    f"fleets.{f.name}.kind: unknown executor kind {f.kind!r}; valid kinds: {', '.join(EXECUTOR_KINDS)}"
+                )
+            if not f.address or ":" not in f.address:
+                raise ConfigError(f"fleets.{f.name}.address: expected host:port, got {f.address!r}")
+            for inv in f.inventory:
+                if inv.series not in known_series:
+                    raise ConfigError(
+                        f"fleets.{f.name}.inventory: series {inv.series!r} is not in the hardware "
+                        f"registry ({', '.join(sorted(known_series))})"
+                    )
+
+
+def load(path: pathlib.Path | str | None, env: Mapping[str, str] | None = None) -> ControlConfig:
+    """Load and validate the control plane configuration."""
+    cfg = load_config(ControlConfig, path, os.environ if env is None else env)
+    cfg.validate()
+    return cfg

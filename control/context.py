@@ -1,0 +1,32 @@
+"""The control plane's shared components, built once by control.app and handed to each part."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from control.auth import TokenVerifier
+from control.blobstore import BlobStore
+from control.capsule_assets import CapsuleAssets
+from control.config import ControlConfig
+from control.db.engine import Database
+from control.events import Notifier
+from control.executors import ExecutorPool
+from recipes.catalog import Catalog
+
+
+@dataclass
+class Context:
+    cfg: ControlConfig
+    db: Database
+    store: BlobStore
+    catalog: Catalog
+    assets: CapsuleAssets
+    executors: ExecutorPool
+    notifier: Notifier
+    verifier: TokenVerifier
+    replica_id: str
+    public_address: str
+    # Stop an attempt on its backend now (attempt id, fleet); set by control.app once the
+    # reconciler exists.
+    stop_attempt: Callable[[str, str], None] | None = None

@@ -1,0 +1,1 @@
+"""The ledger database: SQLAlchemy 2 models, engine set-up, Alembic migrations."""

@@ -1,0 +1,239 @@
+"""Tables of the ledger. Times are float seconds since the epoch (same on SQLite and PostgreSQL).
+
+Protobuf messages that are stored whole (spec, provenance, diagnosis) are serialized bytes: the
+contract is the schema, and reading them back never needs a migration.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class User(Base):
+    __tablename__ = "users"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Token(Base):
+    """A personal access token ('pat'), a run token ('run', scoped to one job) or a node token."""
+
+    __tablename__ = "tokens"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    secret_hash: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(8))
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(200))
+    experiment: Mapped[str] = mapped_column(String(200))
+    method: Mapped[str] = mapped_column(String(100))
+    state: Mapped[int] = mapped_column(Integer)
+    queue: Mapped[str] = mapped_column(String(64), default="default")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    series: Mapped[str] = mapped_column(String(32), default="cpu")
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    # {"gpus": {series: n}, "nodes": {series: n}}: what placement must find free (CPU: 1 slot).
+    needs: Mapped[str] = mapped_column(Text, default="{}")
+    # Fleets admission found able to run it (JSON list); placement only looks at these.
+    eligible_fleets: Mapped[str] = mapped_column(Text, default="[]")
+    runtime_id: Mapped[str] = mapped_column(String(100), default="")
+    spec: Mapped[bytes] = mapped_column(LargeBinary)
+    pools: Mapped[bytes] = mapped_column(LargeBinary)  # serialized repeated Pool (a JobSpec-free wrapper)
+    resolved_config: Mapped[str] = mapped_column(Text, default="{}")
+    image: Mapped[str] = mapped_column(String(500), default="")
+    provenance: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    fleet: Mapped[str] = mapped_column(String(64), default="")
+    parent_job_id: Mapped[str] = mapped_column(String(32), default="")
+    stage: Mapped[str] = mapped_column(String(64), default="")
+    retry_budget: Mapped[int] = mapped_column(Integer, default=0)
+    retries_used: Mapped[int] = mapped_column(Integer, default=0)
+    request_id: Mapped[str] = mapped_column(String(64), default="")
+    wait_reason: Mapped[int] = mapped_column(Integer, default=0)
+    wait_message: Mapped[str] = mapped_column(Text, default="")
+    diagnosis: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    # What a user asked for while the job runs ("stop", "pause"); cleared when reached.
+    desired: Mapped[str] = mapped_column(String(16), default="")
+    labels: Mapped[str] = mapped_column(Text, default="{}")
+    out_dir: Mapped[str] = mapped_column(Text, default="")
+    # Earliest time the scheduler may dispatch it (retry backoff).
+    not_before: Mapped[float] = mapped_column(Float, default=0.0)
+    attempts_count: Mapped[int] = mapped_column(Integer, default=0)
+    # Cause of the next attempt (AttemptCause), set when the job is queued again.
+    next_cause: Mapped[int] = mapped_column(Integer, default=1)
+    event_seq: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Monotonic admission order, used for FIFO inside a priority level.
+    seq: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (
+        Index("ix_jobs_state_queue", "state", "queue"),
+        Index("ix_jobs_owner_created", "owner", "created_at"),
+        Index("ix_jobs_owner_request", "owner", "request_id"),
+    )
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[int] = mapped_column(Integer)
+    cause: Mapped[int] = mapped_column(Integer, default=0)
+    fleet: Mapped[str] = mapped_column(String(64), default="")
+    executor_kind: Mapped[str] = mapped_column(String(16), default="")
+    backend_handle: Mapped[str] = mapped_column(String(200), default="")
+    node: Mapped[str] = mapped_column(String(200), default="")
+    series: Mapped[str] = mapped_column(String(32), default="cpu")
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    # JSON {series: GPUs or slots} held while active (copied from the job's needs).
+    needs: Mapped[str] = mapped_column(Text, default="{}")
+    capsule_digest: Mapped[str] = mapped_column(String(64), default="")
+    # The serialized LaunchRequest, kept so a re-dispatch after a crash sends the same bytes.
+    launch: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    # Lease for dispatch: which replica holds it and until when (two replicas never both launch).
+    lease_owner: Mapped[str] = mapped_column(String(64), default="")
+    lease_until: Mapped[float] = mapped_column(Float, default=0.0)
+    # Launch calls that failed with a transient error (the attempt stays SUBMITTED and is retried).
+    dispatch_tries: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    failure_class: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # When the executor's Cleanup succeeded for this (ended) attempt.
+    cleaned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    __table_args__ = (
+        UniqueConstraint("job_id", "number"),
+        Index("ix_attempts_state", "state"),
+    )
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    job_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[str] = mapped_column(String(40), default="")
+    from_state: Mapped[int] = mapped_column(Integer)
+    to_state: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class LogLine(Base):
+    __tablename__ = "log_lines"
+    job_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    attempt_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    offset: Mapped[int] = mapped_column(Integer, primary_key=True)
+    stream: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    text: Mapped[str] = mapped_column(Text)
+
+
+class MetricPoint(Base):
+    __tablename__ = "metric_points"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32))
+    attempt_number: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(200))
+    step: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float] = mapped_column(Float)
+    at: Mapped[float] = mapped_column(Float)
+    __table_args__ = (Index("ix_metric_points_job_name_step", "job_id", "name", "step"),)
+
+
+class Sample(Base):
+    __tablename__ = "samples"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    attempt_number: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    prompt: Mapped[str] = mapped_column(Text)
+    completion: Mapped[str] = mapped_column(Text)
+    reward: Mapped[float | None] = mapped_column(Float, nullable=True)
+    extra: Mapped[str] = mapped_column(Text, default="{}")
+    at: Mapped[float] = mapped_column(Float)
+
+
+class IngestCursor(Base):
+    """Highest contiguous record seq stored per attempt, and the next log line offset."""
+
+    __tablename__ = "ingest_cursors"
+    attempt_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32))
+    attempt_number: Mapped[int] = mapped_column(Integer)
+    acked_seq: Mapped[int] = mapped_column(Integer, default=0)
+    next_log_offset: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer)
+    manifest: Mapped[bytes] = mapped_column(LargeBinary)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    fleet: Mapped[str] = mapped_column(String(64), default="")
+    address: Mapped[str] = mapped_column(String(200))
+    info: Mapped[bytes] = mapped_column(LargeBinary)  # serialized forgelet.v1.Node
+    state: Mapped[int] = mapped_column(Integer)
+    last_heartbeat: Mapped[float] = mapped_column(Float)
+
+
+class FleetState(Base):
+    __tablename__ = "fleet_states"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Counter(Base):
+    """Named monotonic counters (admission order)."""
+
+    __tablename__ = "counters"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, default=0)

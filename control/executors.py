@@ -1,0 +1,136 @@
+"""Clients of the fleets' executor services: one channel per fleet, deadlines on every call.
+
+The fleet's kind decides the executor. At start and periodically the control plane asks each
+executor what it is (DescribeCapabilities); a fleet whose executor reports another kind is a
+configuration error and is never used — no job ever lands on another backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import grpc
+from starforge.executor.v1 import executor_service_pb2 as ex
+from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge.executor.v1 import launch_request_pb2 as lr
+
+from common import errors
+from common.channel import aio_channel, bearer
+from common.rpc_status import from_rpc_error
+from control.config import FleetConfig
+
+log = logging.getLogger("starforge.executors")
+
+
+@dataclass
+class FleetStatus:
+    """What the control plane knows about a fleet's executor right now."""
+
+    config: FleetConfig
+    reachable: bool = False
+    ever_reachable: bool = False
+    misconfigured: str = ""  # non-empty: never use this fleet
+    last_error: str = ""
+    capabilities: frozenset[int] = frozenset()
+    runtime: str = ""
+    checked_at: float = 0.0
+    inventory: list[ex.SeriesInventory] = field(default_factory=list)
+
+    def why_unusable(self) -> str:
+        if self.misconfigured:
+            return self.misconfigured
+        if not self.reachable:
+            return f"fleet {self.config.name}: executor at {self.config.address} is unreachable" + (
+                f" ({self.last_error})" if self.last_error else ""
+            )
+        return ""
+
+
+class ExecutorPool:
+    def __init__(self, fleets: list[FleetConfig], deadline: float) -> None:
+        self.deadline = deadline
+        self.status = {f.name: FleetStatus(f) for f in fleets}
+        self._channels = {f.name: aio_channel(f.address) for f in fleets}
+        self._stubs = {name: ex_grpc.ExecutorServiceStub(ch) for name, ch in self._channels.items()}
+
+    def _md(self, fleet: str) -> tuple[tuple[str, str], ...]:
+        token = self.status[fleet].config.token
+        return bearer(token) if token else ()
+
+    def stub(self, fleet: str) -> ex_grpc.ExecutorServiceStub:
+        if fleet not in self._stubs:
+            raise errors.NotFound(f"no fleet named {fleet!r}")
+        return self._stubs[fleet]
+
+    async def check(self, fleet: str) -> FleetStatus:
+        """Ask the executor what it is; record reachability and kind mismatches."""
+        st = self.status[fleet]
+        try:
+            caps = await self.stub(fleet).DescribeCapabilities(
+                ex.DescribeCapabilitiesRequest(), metadata=self._md(fleet), timeout=min(self.deadline, 5.0)
+            )
+        except grpc.aio.AioRpcError as e:
+            st.reachable = False
+            st.last_error = from_rpc_error(e).message
+        else:
+            st.reachable = True
+            st.ever_reachable = True
+            st.last_error = ""
+            st.capabilities = frozenset(caps.capabilities)
+            st.runtime = caps.runtime
+            st.inventory = list(caps.inventory)
+            if caps.kind != st.config.kind:
+                st.misconfigured = (
+                    f"fleet {fleet} is configured as kind {st.config.kind!r} but the executor at "
+                    f"{st.config.address} is {caps.kind!r}; fix the fleet's kind or address"
+                )
+                log.error("%s", st.misconfigured)
+        st.checked_at = time.time()
+        return st
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(name) for name in self.status))
+
+    async def _call(self, fleet: str, method: str, request: object, timeout: float | None = None) -> object:
+        st = self.status.get(fleet)
+        if st is None:
+            raise errors.NotFound(f"no fleet named {fleet!r}")
+        if st.misconfigured:
+            raise errors.FailedPrecondition(st.misconfigured)
+        try:
+            return await getattr(self.stub(fleet), method)(
+                request, metadata=self._md(fleet), timeout=timeout or self.deadline
+            )
+        except grpc.aio.AioRpcError as e:
+            err = from_rpc_error(e)
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                st.reachable = False
+                st.last_error = err.message
+            raise err from None
+
+    async def launch(self, fleet: str, request: lr.LaunchRequest) -> ex.LaunchResponse:
+        return await self._call(fleet, "Launch", request)  # type: ignore[return-value]
+
+    async def observe(self, fleet: str, attempt_ids: list[str]) -> list[ex.Observation]:
+        r: ex.ObserveResponse = await self._call(fleet, "Observe", ex.ObserveRequest(attempt_ids=attempt_ids))  # type: ignore[assignment]
+        return list(r.observations)
+
+    async def stop(self, fleet: str, attempt_id: str, grace_seconds: int) -> bool:
+        r: ex.StopResponse = await self._call(  # type: ignore[assignment]
+            fleet,
+            "Stop",
+            ex.StopRequest(attempt_id=attempt_id, grace_seconds=grace_seconds),
+            timeout=self.deadline + grace_seconds,
+        )
+        return r.stopped
+
+    async def cleanup(self, fleet: str, attempt_id: str) -> int:
+        r: ex.CleanupResponse = await self._call(fleet, "Cleanup", ex.CleanupRequest(attempt_id=attempt_id))  # type: ignore[assignment]
+        return r.removed
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close(None)

@@ -1,0 +1,305 @@
+"""Job operations behind ControlService: submit, read, control, follow. Servicers call these."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
+from starforge.job.v1 import job_state_pb2 as st
+
+from common import errors, ids
+from control import admission
+from control.auth import Principal
+from control.context import Context
+from control.db import models as m
+from control.ledger import convert, jobs
+from control.ledger import state_machine as sm
+from control.scheduler.dispatch import queue_position
+from control.telemetry import logs, metrics
+
+FOLLOW_POLL_SECONDS = 1.0
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: job_pb2.Job
+    warnings: list[str]
+
+
+def _visible(s: Session, principal: Principal, job_id: str) -> m.Job:
+    if job_id == "latest":
+        job = s.scalars(
+            select(m.Job).where(m.Job.owner == principal.user).order_by(m.Job.created_at.desc()).limit(1)
+        ).one_or_none()
+        if job is None:
+            raise errors.NotFound("you have no jobs yet; submit one with `sf submit <experiment>`")
+        return job
+    job = s.get(m.Job, job_id)
+    if job is None or not principal.can_see(job.owner):
+        raise errors.NotFound(f"job {job_id} not found")
+    return job
+
+
+def job_proto(s: Session, job: m.Job, *, trim: bool = False) -> job_pb2.Job:
+    return convert.job_to_proto(job, jobs.attempts_of(s, job.id), queue_position=queue_position(s, job), trim_spec=trim)
+
+
+def _reader(job_id: str, cursor: logs.Cursor | None, attempt_number: int) -> Callable[[Session], list[m.LogLine]]:
+    return lambda s: logs.after(s, job_id, cursor, 2000, attempt_number)
+
+
+class JobsApi:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    async def submit(
+        self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
+    ) -> Submitted:
+        admitted = await asyncio.to_thread(
+            admission.admit,
+            spec,
+            principal,
+            self.ctx.cfg,
+            self.ctx.catalog,
+            self.ctx.store,
+            self.ctx.executors,
+        )
+        warnings = list(admitted.warnings)
+        if spec.provenance.untracked_files:
+            warnings.append(f"{len(spec.provenance.untracked_files)} untracked file(s) were not packed")
+        if dry_run:
+            return Submitted(
+                job_pb2.Job(state=st.JOB_STATE_QUEUED, spec=spec, pools=admitted.pools, image=admitted.image),
+                warnings,
+            )
+
+        def create(s: Session) -> job_pb2.Job:
+            if request_id:
+                existing = s.scalars(
+                    select(m.Job).where(m.Job.owner == principal.user, m.Job.request_id == request_id)
+                ).first()
+                if existing is not None:
+                    return job_proto(s, existing)
+            now = time.time()
+            provenance = job_spec_pb2.Provenance()
+            provenance.CopyFrom(spec.provenance)
+            provenance.recipe_digest = admitted.recipe.digest
+            needs_gpus: dict[str, int] = {}
+            needs_nodes: dict[str, int] = {}
+            for p in admitted.pools:
+                needs_gpus[p.series] = needs_gpus.get(p.series, 0) + (p.nodes * p.gpus_per_node or 1)
+                needs_nodes[p.series] = max(needs_nodes.get(p.series, 0), p.nodes)
+            job = m.Job(
+                id=ids.new_job_id(),
+                owner=principal.user,
+                project=spec.project,
+                experiment=spec.experiment,
+                method=spec.method,
+                state=sm.QUEUED,
+                queue=spec.queue or "default",
+                priority=max(-100, min(100, spec.priority)),
+                series=admitted.series,
+                gpus=admitted.gpus,
+                needs=json.dumps({"gpus": needs_gpus, "nodes": needs_nodes}),
+                eligible_fleets=json.dumps(admitted.fleets),
+                runtime_id=admitted.runtime_id,
+                spec=spec.SerializeToString(),
+                pools=convert.pools_to_bytes(admitted.pools),
+                resolved_config=json.dumps(admitted.resolved_config),
+                image=admitted.image,
+                provenance=provenance.SerializeToString(),
+                retry_budget=spec.retry_budget or self.ctx.cfg.default_retry_budget,
+                request_id=request_id,
+                labels=json.dumps(dict(spec.labels)),
+                next_cause=job_pb2.ATTEMPT_CAUSE_INITIAL,
+                wait_reason=st.WAIT_REASON_PRIORITY,
+                wait_message="waiting for the scheduler",
+                created_at=now,
+                updated_at=now,
+                seq=jobs.next_counter(s, "job_seq"),
+                event_seq=1,
+            )
+            s.add(job)
+            s.add(m.JobEvent(job_id=job.id, seq=1, from_state=0, to_state=sm.QUEUED, at=now, reason="admitted"))
+            s.flush()
+            return job_proto(s, job)
+
+        job = await self.ctx.db.run(create)
+        self.ctx.notifier.notify(job.job_id, "schedule")
+        return Submitted(job, warnings)
+
+    async def get(self, principal: Principal, job_id: str) -> job_pb2.Job:
+        return await self.ctx.db.run(lambda s: job_proto(s, _visible(s, principal, job_id)))
+
+    async def list_jobs(
+        self,
+        principal: Principal,
+        *,
+        project: str,
+        owner: str,
+        states: Sequence[int],
+        experiment: str,
+        page_size: int,
+        page_token: str,
+    ) -> tuple[list[job_pb2.Job], str]:
+        size = page_size or 50
+        if not 1 <= size <= MAX_PAGE:
+            raise errors.InvalidArgument(f"page_size must be 1-{MAX_PAGE}")
+
+        def query(s: Session) -> tuple[list[job_pb2.Job], str]:
+            stmt = select(m.Job)
+            if owner == "*":
+                if not principal.admin:
+                    raise errors.PermissionDenied("only admins can list every user's jobs")
+            else:
+                who = owner or principal.user
+                if who != principal.user and not principal.admin:
+                    raise errors.PermissionDenied(f"you cannot list @{who}'s jobs")
+                stmt = stmt.where(m.Job.owner == who)
+            if project:
+                stmt = stmt.where(m.Job.project == project)
+            if states:
+                stmt = stmt.where(m.Job.state.in_(list(states)))
+            if experiment:
+                stmt = stmt.where(m.Job.experiment == experiment)
+            if page_token:
+                stmt = stmt.where(m.Job.id < page_token)
+            rows = list(s.scalars(stmt.order_by(m.Job.id.desc()).limit(size + 1)))
+            nxt = rows[size - 1].id if len(rows) > size else ""
+            return [job_proto(s, j, trim=True) for j in rows[:size]], nxt
+
+        return await self.ctx.db.run(query)
+
+    async def stop(self, principal: Principal, job_id: str, reason: str) -> job_pb2.Job:
+        return await self._control(principal, job_id, "stop", reason or f"stopped by {principal.user}")
+
+    async def pause(self, principal: Principal, job_id: str, reason: str) -> job_pb2.Job:
+        return await self._control(principal, job_id, "pause", reason or f"paused by {principal.user}")
+
+    async def _control(self, principal: Principal, job_id: str, what: str, reason: str) -> job_pb2.Job:
+        def apply(s: Session) -> tuple[job_pb2.Job, tuple[str, str] | None]:
+            job = _visible(s, principal, job_id)
+            job = jobs.get_job(s, job.id, for_update=True)
+            target = sm.STOPPED if what == "stop" else sm.PAUSED
+            if job.state == target:
+                return job_proto(s, job), None
+            if what == "stop" and job.state in (sm.SUCCEEDED, sm.FAILED):
+                raise errors.FailedPrecondition(f"job {job.id} already ended {sm.name(job.state)}; nothing to stop")
+            if what == "pause" and job.state not in sm.ACTIVE:
+                raise errors.FailedPrecondition(
+                    f"job {job.id} is {sm.name(job.state)}; only a running job can be paused"
+                )
+            if job.state in (sm.QUEUED, sm.PAUSED) and what == "stop":
+                jobs.transition(s, job, sm.STOPPED, reason)
+                return job_proto(s, job), None
+            job.desired = what
+            attempt = jobs.current_attempt(s, job)
+            if attempt is not None and attempt.state in sm.ACTIVE:
+                attempt.reason = reason
+                return job_proto(s, job), (attempt.id, attempt.fleet)
+            return job_proto(s, job), None
+
+        job, target = await self.ctx.db.run(apply)
+        if target is not None and self.ctx.stop_attempt is not None:
+            self.ctx.stop_attempt(*target)
+        self.ctx.notifier.notify(job.job_id, "reconcile", "schedule")
+        return job
+
+    async def requeue(self, principal: Principal, job_id: str, what: str) -> job_pb2.Job:
+        """`resume` (PAUSED/STOPPED) or `retry` (FAILED): a new attempt of the same run."""
+
+        def apply(s: Session) -> job_pb2.Job:
+            job = jobs.get_job(s, _visible(s, principal, job_id).id, for_update=True)
+            allowed = (sm.PAUSED, sm.STOPPED) if what == "resume" else (sm.FAILED,)
+            if job.state not in allowed:
+                want = " or ".join(sm.name(x) for x in allowed)
+                raise errors.FailedPrecondition(f"job {job.id} is {sm.name(job.state)}; {what} needs it {want}")
+            job.next_cause = job_pb2.ATTEMPT_CAUSE_RESUME if what == "resume" else job_pb2.ATTEMPT_CAUSE_USER_RETRY
+            job.not_before = 0.0
+            jobs.transition(s, job, sm.QUEUED, f"{what}d by {principal.user}")
+            job.wait_reason = st.WAIT_REASON_PRIORITY
+            job.wait_message = "waiting for the scheduler"
+            return job_proto(s, job)
+
+        job = await self.ctx.db.run(apply)
+        self.ctx.notifier.notify(job.job_id, "schedule")
+        return job
+
+    async def stream_logs(
+        self, principal: Principal, job_id: str, tail_lines: int, follow: bool, attempt_number: int
+    ) -> AsyncIterator[tuple[list[telemetry_pb2.LogLine], int]]:
+        """Yields (lines, final_state) batches; final_state is set on the last batch of a follow."""
+        job = await self.ctx.db.run(lambda s: _visible(s, principal, job_id))
+        jid = job.id
+        if tail_lines < 0:
+            raise errors.InvalidArgument("tail_lines must not be negative")
+        cursor: logs.Cursor | None = None
+        if tail_lines > 0:
+            rows = await self.ctx.db.run(lambda s: logs.tail(s, jid, tail_lines, attempt_number))
+            if rows:
+                cursor = (rows[-1].attempt_number, rows[-1].offset)
+                yield [logs.to_proto(r) for r in rows], 0
+            elif not follow:
+                return
+        while True:
+            state_before = await self.ctx.db.run(lambda s: jobs.get_job(s, jid).state)
+            while True:
+                rows = await self.ctx.db.run(_reader(jid, cursor, attempt_number))
+                if not rows:
+                    break
+                cursor = (rows[-1].attempt_number, rows[-1].offset)
+                yield [logs.to_proto(r) for r in rows], 0
+            if not follow:
+                return
+            if state_before in sm.TERMINAL or state_before == sm.PAUSED:
+                # Everything stored before the job ended has been sent.
+                yield [], state_before
+                return
+            await self.ctx.notifier.wait(f"logs:{jid}", FOLLOW_POLL_SECONDS)
+
+    async def watch(self, principal: Principal, job_id: str) -> AsyncIterator[tuple[job_pb2.JobEvent, job_pb2.Job]]:
+        job = await self.ctx.db.run(lambda s: _visible(s, principal, job_id))
+        jid = job.id
+        seq = 0
+        while True:
+
+            def read(s: Session, after: int = seq) -> tuple[list[m.JobEvent], job_pb2.Job]:
+                evs = list(
+                    s.scalars(
+                        select(m.JobEvent)
+                        .where(m.JobEvent.job_id == jid, m.JobEvent.seq > after)
+                        .order_by(m.JobEvent.seq)
+                    )
+                )
+                return evs, job_proto(s, jobs.get_job(s, jid))
+
+            events, current = await self.ctx.db.run(read)
+            for e in events:
+                seq = e.seq
+                yield convert.event_to_proto(e), current
+            if current.state in sm.TERMINAL:
+                return
+            await self.ctx.notifier.wait(jid, FOLLOW_POLL_SECONDS)
+
+    async def metrics(
+        self, principal: Principal, job_id: str, names: Sequence[str], max_points: int, after_step: int
+    ) -> list[telemetry_pb2.MetricSeries]:
+        def read(s: Session) -> list[telemetry_pb2.MetricSeries]:
+            job = _visible(s, principal, job_id)
+            return metrics.series(s, job.id, names, after_step=after_step, max_points=max_points)
+
+        return await self.ctx.db.run(read)
+
+    async def samples(self, principal: Principal, job_id: str, limit: int) -> list[telemetry_pb2.Sample]:
+        def read(s: Session) -> list[telemetry_pb2.Sample]:
+            job = _visible(s, principal, job_id)
+            return metrics.samples(s, job.id, limit or 100)
+
+        return await self.ctx.db.run(read)

@@ -1,0 +1,1 @@
+"""The ledger: jobs, attempts and their transitions, enforced in one place."""

@@ -1,0 +1,161 @@
+"""`-s key=value` overrides: typed, range-checked against the method, applied to a copy of the config."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from starforge.control.v1 import error_reason_pb2
+from starforge.job.v1 import job_spec_pb2
+
+from common import errors
+from recipes.catalog import ParameterDecl, RecipeDecl
+
+# Top-level config.yaml keys that belong to the platform, not to the method.
+PLATFORM_KEYS = frozenset({"image", "observability", "data", "model", "env", "description", "resources"})
+TRUE = {"true", "yes", "1", "on"}
+FALSE = {"false", "no", "0", "off"}
+
+
+def _bad(key: str, message: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument(
+        message,
+        reason=error_reason_pb2.ERROR_REASON_BAD_OVERRIDE,
+        field_violations=(errors.FieldViolation(f"overrides[{key}]", message),),
+    )
+
+
+def parse_value(p: ParameterDecl, raw: str, *, source: str = "-s") -> Any:
+    t = p.type
+    try:
+        if t == "int":
+            value: Any = int(raw, 10)
+        elif t == "float":
+            value = float(raw)
+            if math.isnan(value) or math.isinf(value):
+                raise ValueError
+        elif t == "bool":
+            low = raw.strip().lower()
+            if low not in TRUE | FALSE:
+                raise ValueError
+            value = low in TRUE
+        elif t == "string_list":
+            value = [v.strip() for v in raw.split(",") if v.strip()]
+        else:
+            value = raw
+    except ValueError:
+        raise _bad(p.key, f"{source} {p.key}={raw}: expected {'an' if t == 'int' else 'a'} {t}") from None
+    check_value(p, value, source=f"{source} {p.key}={raw}")
+    return value
+
+
+def check_value(p: ParameterDecl, value: Any, *, source: str) -> None:
+    if p.type in ("int", "float"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _bad(p.key, f"{source}: expected a number")
+        if p.min is not None and value < p.min:
+            raise _bad(p.key, f"{source}: {value} is below the minimum {p.min:g} for {p.key}")
+        if p.max is not None and value > p.max:
+            raise _bad(p.key, f"{source}: {value} is above the maximum {p.max:g} for {p.key}")
+    if p.choices and value not in p.choices:
+        raise _bad(p.key, f"{source}: {value!r} is not one of {', '.join(p.choices)}")
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _set(d: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = d
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[part] = nxt
+        node = nxt
+    node[parts[-1]] = value
+
+
+def _infer(key: str, current: Any) -> ParameterDecl:
+    """custom/custom: a config key's type is the type of its value in config.yaml."""
+    if isinstance(current, bool):
+        t = "bool"
+    elif isinstance(current, int):
+        t = "int"
+    elif isinstance(current, float):
+        t = "float"
+    elif isinstance(current, list):
+        t = "string_list"
+    else:
+        t = "string"
+    return ParameterDecl(key=key, type=t)
+
+
+def suggestion(key: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    if close:
+        return f"; did you mean {' or '.join(close)}?"
+    return f"; valid keys: {', '.join(sorted(valid)[:12])}" if valid else "; this method has no parameters"
+
+
+def resolve_config(
+    recipe: RecipeDecl, config: dict[str, Any], overrides: Sequence[job_spec_pb2.Override]
+) -> dict[str, Any]:
+    """Defaults <- config.yaml <- overrides, each checked against the method's parameters."""
+    resolved: dict[str, Any] = {}
+    for p in recipe.parameters:
+        if p.default is not None:
+            _set(resolved, p.key, copy.deepcopy(p.default))
+    flat_config = _flatten({k: v for k, v in config.items() if k not in PLATFORM_KEYS})
+    declared = {p.key: p for p in recipe.parameters}
+    if recipe.parameters:
+        for key, value in flat_config.items():
+            decl = declared.get(key)
+            if decl is None and not any(key.startswith(d + ".") for d in declared):
+                raise _bad(
+                    key,
+                    f"config.yaml key {key!r} is not a parameter of {recipe.name}{suggestion(key, list(declared))}",
+                )
+            if decl is not None:
+                check_value(decl, value, source=f"config.yaml {key}")
+    for k, v in config.items():
+        if k not in PLATFORM_KEYS:
+            if isinstance(v, dict) and isinstance(resolved.get(k), dict):
+                merged = resolved[k]
+                for fk, fv in _flatten(v).items():
+                    _set(merged, fk, fv)
+            else:
+                resolved[k] = copy.deepcopy(v)
+    for o in overrides:
+        key = o.key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise _bad(key, f"override {o.key!r}={o.value!r}: the key must be a dotted name like grpo.kl_coef")
+        if key in PLATFORM_KEYS:
+            raise _bad(key, f"-s {key}=...: {key} is a platform setting; use its command-line option instead")
+        param: ParameterDecl | None
+        if recipe.parameters:
+            param = declared.get(key)
+            if param is None:
+                raise _bad(key, f"-s {key}: {recipe.name} has no parameter {key!r}{suggestion(key, list(declared))}")
+        else:
+            if key not in flat_config:
+                raise _bad(
+                    key,
+                    f"-s {key}: config.yaml of this experiment has no key {key!r}{suggestion(key, list(flat_config))}",
+                )
+            param = _infer(key, flat_config[key])
+        _set(resolved, key, parse_value(param, o.value))
+    json.dumps(resolved)  # must stay JSON-serialisable (it travels in capsule.json)
+    return resolved

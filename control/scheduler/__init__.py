@@ -1,0 +1,1 @@
+"""Queue and scheduler: placement, dispatch (with leases) and reconciliation with executors."""

@@ -1,0 +1,317 @@
+"""The scheduler loop: place QUEUED jobs, claim them as attempts, and launch them on executors.
+
+Claiming (QUEUED -> SUBMITTED, the attempt row, its run token and its LaunchRequest) is one
+transaction; the executor call comes after the commit. A crash between the two leaves a
+SUBMITTED attempt with its LaunchRequest stored: the reconciler re-sends the same request when
+the lease runs out, and the executor's launch is idempotent per attempt id, so a job is never lost
+and never launched twice. On PostgreSQL the job rows are locked with FOR UPDATE SKIP LOCKED, so
+two replicas never claim the same job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+from starforge.executor.v1 import launch_request_pb2 as lr
+from starforge.job.v1 import job_pb2, job_spec_pb2
+from starforge.job.v1 import job_state_pb2 as st
+
+from common import errors, ids
+from control import assembly, auth
+from control.context import Context
+from control.db import models as m
+from control.ledger import convert, jobs, outcomes
+from control.ledger import state_machine as sm
+from control.scheduler import placement
+
+log = logging.getLogger("starforge.scheduler")
+
+WINDOW = 2000  # QUEUED jobs looked at per cycle
+LEASE_SECONDS = 60.0
+MAX_DISPATCH_TRIES = 8
+
+
+@dataclass(frozen=True)
+class Claimed:
+    attempt_id: str
+    job_id: str
+    fleet: str
+    launch: bytes
+
+
+def _candidates(s: Session, now: float) -> list[placement.Candidate]:
+    rows = s.execute(
+        select(
+            m.Job.id,
+            m.Job.owner,
+            m.Job.project,
+            m.Job.priority,
+            m.Job.seq,
+            m.Job.needs,
+            m.Job.eligible_fleets,
+        )
+        .where(m.Job.state == sm.QUEUED, m.Job.not_before <= now)
+        .order_by(m.Job.priority.desc(), m.Job.seq)
+        .limit(WINDOW)
+    ).all()
+    out = []
+    for job_id, owner, project, priority, seq, needs, eligible in rows:
+        n = json.loads(needs or "{}")
+        fleets = json.loads(eligible or "[]")
+        out.append(
+            placement.Candidate(
+                job_id=job_id,
+                owner=owner,
+                project=project,
+                priority=priority,
+                seq=seq,
+                needs=n.get("gpus", {}),
+                nodes=n.get("nodes", {}),
+                pinned_fleet=fleets[0] if len(fleets) == 1 else "",
+            )
+        )
+    return out
+
+
+def used_capacity(s: Session) -> dict[tuple[str, str], int]:
+    used: dict[tuple[str, str], int] = {}
+    for fleet, needs in s.execute(select(m.Attempt.fleet, m.Attempt.needs).where(m.Attempt.state.in_(sm.ACTIVE))):
+        for series, n in json.loads(needs or "{}").items():
+            used[(fleet, series)] = used.get((fleet, series), 0) + int(n)
+    return used
+
+
+class Scheduler:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._launch_slots = asyncio.Semaphore(32)
+
+    # -- placement and claim (one transaction) -------------------------------------------------
+
+    def _claim(self, s: Session, job_id: str, fleet: str, now: float) -> Claimed | None:
+        stmt = select(m.Job).where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
+        if not self.ctx.db.sqlite:
+            stmt = stmt.with_for_update(skip_locked=True)
+        job = s.scalars(stmt).one_or_none()
+        if job is None:
+            return None  # another replica took it, or it was stopped meanwhile
+        fleet_cfg = self.ctx.cfg.fleet(fleet)
+        recipe = self.ctx.catalog.get(job.method)
+        number = job.attempts_count + 1
+        attempt = m.Attempt(
+            id=ids.attempt_id(job.id, number),
+            job_id=job.id,
+            number=number,
+            state=sm.QUEUED,
+            cause=job.next_cause or job_pb2.ATTEMPT_CAUSE_INITIAL,
+            fleet=fleet,
+            executor_kind=fleet_cfg.kind if fleet_cfg else "",
+            series=job.series,
+            gpus=job.gpus,
+            needs=json.dumps(json.loads(job.needs or "{}").get("gpus", {})),
+            lease_owner=self.ctx.replica_id,
+            lease_until=now + LEASE_SECONDS,
+            created_at=now,
+        )
+        s.add(attempt)
+        job.attempts_count = number
+        job.fleet = fleet
+        jobs.transition(s, job, sm.SUBMITTED, f"dispatched to fleet {fleet}", attempt=attempt, now=now)
+        if recipe is None or fleet_cfg is None:
+            what = f"method {job.method} is no longer published" if recipe is None else f"fleet {fleet} is gone"
+            outcomes.finish_attempt(
+                s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=what, now=now
+            )
+            return None
+        token, _ = auth.issue_token(s, job.owner, "run", name=f"run {attempt.id}", job_id=job.id)
+        spec = job_spec_pb2.JobSpec()
+        spec.ParseFromString(job.spec)
+        info = assembly.AttemptInfo(job.id, attempt.id, number, job.owner, job.project, resume=number > 1)
+        launch = assembly.build_launch(
+            info,
+            spec,
+            convert.pools_from_bytes(job.pools),
+            recipe,
+            json.loads(job.resolved_config or "{}"),
+            job.image,
+            job.runtime_id,
+            self.ctx.assets,
+            self.ctx.store,
+            run_token=token,
+            public_address=self.ctx.public_address,
+            stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
+            secret_env={"HF_TOKEN": self.ctx.cfg.hf_token} if self.ctx.cfg.hf_token else None,
+        )
+        data = launch.SerializeToString()
+        attempt.launch = data
+        attempt.capsule_digest = launch.capsule.capsule_digest
+        if number == 1:
+            prov = job_spec_pb2.Provenance()
+            prov.ParseFromString(job.provenance)
+            prov.runner_digest = launch.capsule.runner_digest
+            prov.capsule_digest = launch.capsule.capsule_digest
+            job.provenance = prov.SerializeToString()
+        return Claimed(attempt.id, job.id, fleet, data)
+
+    def _place(self, s: Session) -> list[Claimed]:
+        now = time.time()
+        candidates = _candidates(s, now)
+        if not candidates:
+            return []
+        unusable = {
+            name: status.why_unusable() for name, status in self.ctx.executors.status.items() if status.why_unusable()
+        }
+        caps = placement.capacities(self.ctx.cfg.fleets, used_capacity(s), unusable)
+        decision = placement.decide(candidates, caps)
+        claimed = []
+        for job_id, fleet in decision.placed:
+            c = self._claim(s, job_id, fleet, now)
+            if c is not None:
+                claimed.append(c)
+        jobs.set_wait(s, decision.waiting)
+        return claimed
+
+    async def tick(self) -> int:
+        claimed = await self.ctx.db.run(self._place)
+        for c in claimed:
+            self.ctx.notifier.notify(c.job_id)
+            self.spawn(self.launch(c.attempt_id, c.job_id, c.fleet, c.launch))
+        return len(claimed)
+
+    def spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- launch --------------------------------------------------------------------------------
+
+    async def launch(self, attempt_id: str, job_id: str, fleet: str, data: bytes) -> None:
+        request = lr.LaunchRequest()
+        request.ParseFromString(data)
+        async with self._launch_slots:
+            failure: errors.StarforgeError | None = None
+            transient = False
+            try:
+                resp = await self.ctx.executors.launch(fleet, request)
+            except (errors.Unavailable, errors.DeadlineExceeded) as e:
+                failure, transient = e, True
+            except errors.StarforgeError as e:
+                failure = e
+            except Exception as e:  # an unexpected bug must not lose the attempt
+                log.exception("launch of %s failed unexpectedly", attempt_id)
+                failure, transient = errors.Internal(str(e)), True
+            if failure is None:
+                await self.ctx.db.run(lambda s: self._launched(s, attempt_id, resp))
+            elif transient:
+                await self.ctx.db.run(lambda s: self._launch_transient(s, attempt_id, failure))
+            else:
+                await self.ctx.db.run(lambda s: self._launch_refused(s, attempt_id, failure))
+        self.ctx.notifier.notify(job_id)
+
+    def _launched(self, s: Session, attempt_id: str, resp: object) -> None:
+        attempt = jobs.get_attempt(s, attempt_id, for_update=True)
+        job = jobs.get_job(s, attempt.job_id, for_update=True)
+        attempt.backend_handle = getattr(resp, "backend_handle", "") or attempt.backend_handle
+        attempt.node = getattr(resp, "node", "") or attempt.node
+        attempt.lease_owner, attempt.lease_until = "", 0.0
+        if getattr(resp, "out_dir", ""):
+            job.out_dir = resp.out_dir  # type: ignore[attr-defined]
+        digest = getattr(resp, "image_digest", "")
+        if digest:
+            prov = job_spec_pb2.Provenance()
+            prov.ParseFromString(job.provenance)
+            if not prov.image_digest:
+                prov.image_digest = digest
+                job.provenance = prov.SerializeToString()
+        if attempt.state == sm.SUBMITTED:
+            jobs.advance(s, job, attempt, sm.PENDING, "launched: the backend accepted the attempt")
+
+    def _launch_transient(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> None:
+        attempt = jobs.get_attempt(s, attempt_id, for_update=True)
+        if attempt.state != sm.SUBMITTED:
+            return
+        attempt.dispatch_tries += 1
+        if attempt.dispatch_tries >= MAX_DISPATCH_TRIES:
+            job = jobs.get_job(s, attempt.job_id, for_update=True)
+            outcomes.finish_attempt(
+                s,
+                job,
+                attempt,
+                exit_code=None,
+                known_class=st.FAILURE_CLASS_INFRA,
+                message=(
+                    f"could not launch on fleet {attempt.fleet} after {attempt.dispatch_tries} tries: {err.message}"
+                ),
+            )
+            return
+        # Let the reconciler retry after a backoff; it re-sends the same LaunchRequest.
+        attempt.lease_owner = ""
+        attempt.lease_until = time.time() + min(2.0**attempt.dispatch_tries, 30.0)
+        attempt.reason = f"launch will be retried: {err.message}"
+
+    def _launch_refused(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> None:
+        attempt = jobs.get_attempt(s, attempt_id, for_update=True)
+        if attempt.state != sm.SUBMITTED:
+            return
+        job = jobs.get_job(s, attempt.job_id, for_update=True)
+        msg = err.message
+        if isinstance(err, errors.ResourceExhausted):
+            cls = st.FAILURE_CLASS_INFRA
+        elif "image" in msg.lower():
+            cls = st.FAILURE_CLASS_IMAGE
+        else:
+            cls = st.FAILURE_CLASS_PRECHECK
+        outcomes.finish_attempt(
+            s,
+            job,
+            attempt,
+            exit_code=None,
+            known_class=cls,
+            message=f"the executor refused the launch: {msg}",
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("scheduler cycle failed")
+            await self.ctx.notifier.wait("schedule", self.ctx.cfg.scheduler_interval_seconds)
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def queue_position(s: Session, job: m.Job) -> int:
+    """1-based position of a QUEUED job in dispatch order within its queue."""
+    if job.state != sm.QUEUED:
+        return 0
+    ahead = s.scalar(
+        select(func.count())
+        .select_from(m.Job)
+        .where(
+            m.Job.state == sm.QUEUED,
+            m.Job.queue == job.queue,
+            (m.Job.priority > job.priority) | ((m.Job.priority == job.priority) & (m.Job.seq < job.seq)),
+        )
+    )
+    return int(ahead or 0) + 1
+
+
+def take_lease(s: Session, attempt_id: str, owner: str, now: float) -> bool:
+    """Take an expired dispatch lease; True when this replica now holds it."""
+    r = s.execute(
+        update(m.Attempt)
+        .where(m.Attempt.id == attempt_id, m.Attempt.state == sm.SUBMITTED, m.Attempt.lease_until < now)
+        .values(lease_owner=owner, lease_until=now + LEASE_SECONDS)
+    )
+    return bool(r.rowcount)  # type: ignore[attr-defined]

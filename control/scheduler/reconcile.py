@@ -1,0 +1,229 @@
+"""Reconciliation: keep the ledger true to what the executors report.
+
+On start and then every few seconds:
+- SUBMITTED attempts whose dispatch lease ran out (a replica died mid-dispatch, or a launch hit a
+  transient error) are observed: found -> the ledger catches up; not found -> the stored
+  LaunchRequest is sent again (launch is idempotent per attempt id);
+- PENDING/RUNNING attempts are observed and advanced; an attempt that ended without the capsule
+  reporting it (killed, integrity failure, OOM) is ended from the executor's observation, and the
+  executor's last lines go into the job's log;
+- jobs with a pending stop or pause get their attempt stopped on the backend;
+- ended attempts are cleaned up (everything but FORGE_OUT_DIR).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starforge.executor.v1 import executor_service_pb2 as ex
+from starforge.job.v1 import job_state_pb2 as st
+
+from common import errors
+from control.context import Context
+from control.db import models as m
+from control.ledger import jobs, outcomes
+from control.ledger import state_machine as sm
+from control.scheduler.dispatch import Scheduler, take_lease
+from control.telemetry import ingest
+
+log = logging.getLogger("starforge.reconcile")
+OBSERVE_BATCH = 200
+# An ended process may still be draining its journal; give ingest this long before the
+# executor's observation decides the outcome.
+EXIT_GRACE_SECONDS = 3.0
+FLEET_CHECK_SECONDS = 10.0
+
+
+class Reconciler:
+    def __init__(self, ctx: Context, scheduler: Scheduler) -> None:
+        self.ctx = ctx
+        self.scheduler = scheduler
+        self._ended_seen: dict[str, float] = {}
+        self._last_fleet_check = 0.0
+        self._stopping: set[str] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("reconcile cycle failed")
+            await self.ctx.notifier.wait("reconcile", self.ctx.cfg.reconcile_interval_seconds)
+
+    async def tick(self) -> None:
+        now = time.time()
+        if now - self._last_fleet_check > FLEET_CHECK_SECONDS:
+            self._last_fleet_check = now
+            await self.ctx.executors.check_all()
+        active = await self.ctx.db.run(_active_attempts)
+        by_fleet: dict[str, list[tuple[str, int, float, str]]] = defaultdict(list)
+        for a in active:
+            by_fleet[a[1]].append((a[0], a[2], a[3], a[4]))
+        await asyncio.gather(*(self._fleet(fleet, rows, now) for fleet, rows in by_fleet.items()))
+        await self._stop_requested()
+        await self._cleanup()
+
+    async def _fleet(self, fleet: str, rows: list[tuple[str, int, float, str]], now: float) -> None:
+        status = self.ctx.executors.status.get(fleet)
+        if status is None or status.misconfigured:
+            return
+        # SUBMITTED attempts still held by a live dispatch are left alone.
+        ids = [aid for aid, state, lease_until, _ in rows if state != sm.SUBMITTED or lease_until < now]
+        for i in range(0, len(ids), OBSERVE_BATCH):
+            batch = ids[i : i + OBSERVE_BATCH]
+            try:
+                observations = await self.ctx.executors.observe(fleet, batch)
+            except errors.StarforgeError as e:
+                log.warning("observe on fleet %s failed: %s", fleet, e.message)
+                return
+            for o in observations:
+                await self._apply(fleet, o, now)
+
+    async def _apply(self, fleet: str, o: ex.Observation, now: float) -> None:
+        state = await self.ctx.db.run(lambda s: jobs.get_attempt(s, o.attempt_id).state)
+        if o.not_found:
+            if state == sm.SUBMITTED:
+                await self._relaunch(fleet, o.attempt_id, now)
+            elif state in (sm.PENDING, sm.RUNNING):
+                await self._end(o, now, lost=True)
+            return
+        if o.state in (sm.PENDING, sm.RUNNING):
+            self._ended_seen.pop(o.attempt_id, None)
+            if o.state != state and state in sm.ACTIVE and sm.path_to(state, o.state):
+                await self.ctx.db.run(lambda s: self._advance(s, o))
+            return
+        if o.state in (sm.SUCCEEDED, sm.FAILED, sm.STOPPED):
+            first = self._ended_seen.setdefault(o.attempt_id, now)
+            if now - first >= EXIT_GRACE_SECONDS:
+                await self._end(o, now, lost=False)
+                self._ended_seen.pop(o.attempt_id, None)
+
+    def _advance(self, s: Session, o: ex.Observation) -> None:
+        attempt = jobs.get_attempt(s, o.attempt_id, for_update=True)
+        job = jobs.get_job(s, attempt.job_id, for_update=True)
+        if attempt.state in sm.ACTIVE and o.state not in (attempt.state,):
+            if o.backend_handle:
+                attempt.backend_handle = o.backend_handle
+            if o.node:
+                attempt.node = o.node
+            attempt.lease_owner, attempt.lease_until = "", 0.0
+            jobs.advance(s, job, attempt, o.state, f"observed {sm.name(o.state)} on the backend")
+
+    async def _end(self, o: ex.Observation, now: float, *, lost: bool) -> None:
+        def end(s: Session) -> str:
+            attempt = jobs.get_attempt(s, o.attempt_id, for_update=True)
+            if attempt.state not in sm.ACTIVE:
+                return attempt.job_id
+            job = jobs.get_job(s, attempt.job_id, for_update=True)
+            tail = list(o.log_tail)
+            if tail:
+                ingest.system_lines(s, attempt, tail)
+            if lost:
+                outcomes.finish_attempt(
+                    s,
+                    job,
+                    attempt,
+                    exit_code=None,
+                    known_class=st.FAILURE_CLASS_INFRA,
+                    message=f"the executor of fleet {attempt.fleet} has no trace of attempt {attempt.id}",
+                )
+                return job.id
+            code = o.exit_code if o.HasField("exit_code") else None
+            outcomes.finish_attempt(
+                s,
+                job,
+                attempt,
+                exit_code=code,
+                known_class=o.failure_class,
+                log_tail=tail,
+                stopped_by_backend=o.state == sm.STOPPED,
+                message="stopped on the backend" if o.state == sm.STOPPED else "",
+            )
+            return job.id
+
+        job_id = await self.ctx.db.run(end)
+        self.ctx.notifier.notify(job_id, "schedule")
+
+    async def _relaunch(self, fleet: str, attempt_id: str, now: float) -> None:
+        def lease(s: Session) -> tuple[str, bytes] | None:
+            if not take_lease(s, attempt_id, self.ctx.replica_id, now):
+                return None
+            a = jobs.get_attempt(s, attempt_id)
+            return a.job_id, a.launch
+
+        got = await self.ctx.db.run(lease)
+        if got is not None:
+            log.info("re-sending launch of %s to fleet %s", attempt_id, fleet)
+            await self.scheduler.launch(attempt_id, got[0], fleet, got[1])
+
+    async def _stop_requested(self) -> None:
+        rows = await self.ctx.db.run(_stop_targets)
+        for attempt_id, fleet in rows:
+            if attempt_id in self._stopping:
+                continue
+            self.scheduler.spawn(self.stop_attempt(attempt_id, fleet))
+
+    async def stop_attempt(self, attempt_id: str, fleet: str) -> None:
+        """Stop an attempt on its backend (once at a time per attempt)."""
+        if attempt_id in self._stopping:
+            return
+        self._stopping.add(attempt_id)
+        try:
+            await self.ctx.executors.stop(fleet, attempt_id, self.ctx.cfg.stop_grace_seconds)
+        except errors.StarforgeError as e:
+            log.warning("stop of %s failed (will retry): %s", attempt_id, e.message)
+        finally:
+            self._stopping.discard(attempt_id)
+        self.ctx.notifier.notify("reconcile")
+
+    async def _cleanup(self) -> None:
+        rows = await self.ctx.db.run(_uncleaned)
+        for attempt_id, fleet in rows:
+            try:
+                await self.ctx.executors.cleanup(fleet, attempt_id)
+            except errors.FailedPrecondition:
+                continue  # still running on the backend; the next cycle stops or observes it
+            except errors.StarforgeError as e:
+                log.info("cleanup of %s deferred: %s", attempt_id, e.message)
+                continue
+            await self.ctx.db.run(_marker(attempt_id))
+
+
+def _active_attempts(s: Session) -> list[tuple[str, str, int, float, str]]:
+    return [
+        (a.id, a.fleet, a.state, a.lease_until, a.job_id)
+        for a in s.scalars(select(m.Attempt).where(m.Attempt.state.in_(sm.ACTIVE)))
+    ]
+
+
+def _stop_targets(s: Session) -> list[tuple[str, str]]:
+    rows = s.execute(
+        select(m.Attempt.id, m.Attempt.fleet)
+        .join(m.Job, m.Job.id == m.Attempt.job_id)
+        .where(m.Job.desired.in_(("stop", "pause")), m.Attempt.state.in_(sm.ACTIVE))
+    ).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+def _uncleaned(s: Session) -> list[tuple[str, str]]:
+    rows = s.execute(
+        select(m.Attempt.id, m.Attempt.fleet)
+        .where(m.Attempt.state.not_in(sm.ACTIVE | {sm.QUEUED}), m.Attempt.cleaned_at.is_(None))
+        .limit(100)
+    ).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+def _marker(attempt_id: str) -> Callable[[Session], None]:
+    def mark(s: Session) -> None:
+        a = s.get(m.Attempt, attempt_id)
+        if a is not None:
+            a.cleaned_at = time.time()
+
+    return mark

@@ -1,0 +1,1 @@
+"""gRPC servicers of the control plane. They adapt protos to domain calls and back; nothing else."""

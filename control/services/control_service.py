@@ -1,0 +1,105 @@
+"""ControlService servicer: proto -> JobsApi -> proto."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from google.protobuf import timestamp_pb2
+from starforge.control.v1 import control_service_pb2 as pb
+from starforge.control.v1 import control_service_pb2_grpc as pb_grpc
+
+from common import __version__, errors
+from control import auth
+from control.context import Context
+from control.jobs_api import JobsApi
+
+
+def _require(value: str, field: str) -> str:
+    if not value:
+        raise errors.InvalidArgument(f"{field} is required", field_violations=(errors.FieldViolation(field, "empty"),))
+    return value
+
+
+class ControlServicer(pb_grpc.ControlServiceServicer):
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.api = JobsApi(ctx)
+
+    async def SubmitJob(self, request: pb.SubmitJobRequest, context: Any) -> pb.SubmitJobResponse:
+        r = await self.api.submit(auth.current(), request.spec, request.request_id, request.dry_run)
+        return pb.SubmitJobResponse(job=r.job, warnings=r.warnings)
+
+    async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.GetJobResponse:
+        return pb.GetJobResponse(job=await self.api.get(auth.current(), _require(request.job_id, "job_id")))
+
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
+        found, token = await self.api.list_jobs(
+            auth.current(),
+            project=request.project,
+            owner=request.owner,
+            states=list(request.states),
+            experiment=request.experiment,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return pb.ListJobsResponse(jobs=found, next_page_token=token)
+
+    async def StopJob(self, request: pb.StopJobRequest, context: Any) -> pb.StopJobResponse:
+        job = await self.api.stop(auth.current(), _require(request.job_id, "job_id"), request.reason)
+        return pb.StopJobResponse(job=job)
+
+    async def PauseJob(self, request: pb.PauseJobRequest, context: Any) -> pb.PauseJobResponse:
+        job = await self.api.pause(auth.current(), _require(request.job_id, "job_id"), request.reason)
+        return pb.PauseJobResponse(job=job)
+
+    async def ResumeJob(self, request: pb.ResumeJobRequest, context: Any) -> pb.ResumeJobResponse:
+        job = await self.api.requeue(auth.current(), _require(request.job_id, "job_id"), "resume")
+        return pb.ResumeJobResponse(job=job)
+
+    async def RetryJob(self, request: pb.RetryJobRequest, context: Any) -> pb.RetryJobResponse:
+        job = await self.api.requeue(auth.current(), _require(request.job_id, "job_id"), "retry")
+        return pb.RetryJobResponse(job=job)
+
+    async def StreamJobLogs(
+        self, request: pb.StreamJobLogsRequest, context: Any
+    ) -> AsyncIterator[pb.StreamJobLogsResponse]:
+        async for lines, final in self.api.stream_logs(
+            auth.current(),
+            _require(request.job_id, "job_id"),
+            request.tail_lines,
+            request.follow,
+            request.attempt_number,
+        ):
+            yield pb.StreamJobLogsResponse(lines=lines, final_state=final)  # type: ignore[arg-type]
+
+    async def WatchJob(self, request: pb.WatchJobRequest, context: Any) -> AsyncIterator[pb.WatchJobResponse]:
+        async for event, job in self.api.watch(auth.current(), _require(request.job_id, "job_id")):
+            yield pb.WatchJobResponse(event=event, job=job)
+
+    async def GetJobMetrics(self, request: pb.GetJobMetricsRequest, context: Any) -> pb.GetJobMetricsResponse:
+        series = await self.api.metrics(
+            auth.current(),
+            _require(request.job_id, "job_id"),
+            list(request.names),
+            request.max_points,
+            request.after_step,
+        )
+        return pb.GetJobMetricsResponse(series=series)
+
+    async def GetJobSamples(self, request: pb.GetJobSamplesRequest, context: Any) -> pb.GetJobSamplesResponse:
+        samples = await self.api.samples(auth.current(), _require(request.job_id, "job_id"), request.limit)
+        return pb.GetJobSamplesResponse(samples=samples)
+
+    async def GetServerInfo(self, request: pb.GetServerInfoRequest, context: Any) -> pb.GetServerInfoResponse:
+        p = auth.current()
+        now = timestamp_pb2.Timestamp()
+        now.GetCurrentTime()
+        return pb.GetServerInfoResponse(
+            version=__version__,
+            user=p.user,
+            admin=p.admin,
+            catalog_digest=self.ctx.catalog.digest,
+            time=now,
+            runner_digest=self.ctx.assets.runner_digest,
+        )

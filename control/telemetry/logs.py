@@ -1,0 +1,89 @@
+"""The log store: lines per job and attempt, ordered by (attempt_number, offset)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import and_, insert, or_, select, tuple_
+from sqlalchemy.orm import Session
+from starforge.job.v1 import telemetry_pb2
+
+from control.db import models as m
+from control.ledger.convert import ts
+
+Cursor = tuple[int, int]  # (attempt_number, offset) of the last line seen
+
+
+def append(
+    s: Session, job_id: str, attempt_number: int, start_offset: int, lines: Sequence[tuple[int, float, str]]
+) -> int:
+    """Insert (stream, time, text) lines from `start_offset`; returns the next offset."""
+    if not lines:
+        return start_offset
+    rows = [
+        {
+            "job_id": job_id,
+            "attempt_number": attempt_number,
+            "offset": start_offset + i,
+            "stream": stream,
+            "at": at,
+            "text": text,
+        }
+        for i, (stream, at, text) in enumerate(lines)
+    ]
+    s.execute(insert(m.LogLine), rows)
+    return start_offset + len(rows)
+
+
+def _where(job_id: str, attempt_number: int) -> list[object]:
+    cond: list[object] = [m.LogLine.job_id == job_id]
+    if attempt_number:
+        cond.append(m.LogLine.attempt_number == attempt_number)
+    return cond
+
+
+def tail(s: Session, job_id: str, n: int, attempt_number: int = 0) -> list[m.LogLine]:
+    """The last `n` lines (all attempts unless one is given), in order."""
+    rows = s.scalars(
+        select(m.LogLine)
+        .where(*_where(job_id, attempt_number))  # type: ignore[arg-type]
+        .order_by(m.LogLine.attempt_number.desc(), m.LogLine.offset.desc())
+        .limit(n)
+    ).all()
+    return list(reversed(rows))
+
+
+def after(
+    s: Session, job_id: str, cursor: Cursor | None, limit: int = 2000, attempt_number: int = 0
+) -> list[m.LogLine]:
+    """Lines after `cursor` (from the start when None), in order, at most `limit`."""
+    stmt = select(m.LogLine).where(*_where(job_id, attempt_number))  # type: ignore[arg-type]
+    if cursor is not None:
+        a, o = cursor
+        if s.bind is not None and s.bind.dialect.name == "postgresql":
+            stmt = stmt.where(tuple_(m.LogLine.attempt_number, m.LogLine.offset) > tuple_(a, o))
+        else:
+            stmt = stmt.where(
+                or_(
+                    m.LogLine.attempt_number > a,
+                    and_(m.LogLine.attempt_number == a, m.LogLine.offset > o),
+                )
+            )
+    return list(s.scalars(stmt.order_by(m.LogLine.attempt_number, m.LogLine.offset).limit(limit)))
+
+
+def last_text(s: Session, job_id: str, attempt_number: int, n: int = 200) -> list[str]:
+    return [r.text for r in tail(s, job_id, n, attempt_number)]
+
+
+def to_proto(r: m.LogLine) -> telemetry_pb2.LogLine:
+    line = telemetry_pb2.LogLine(
+        attempt_number=r.attempt_number,
+        offset=r.offset,
+        stream=r.stream,  # type: ignore[arg-type]
+        text=r.text,
+    )
+    t = ts(r.at)
+    if t is not None:
+        line.time.CopyFrom(t)
+    return line

@@ -1,0 +1,1 @@
+"""The method catalog: one versioned declaration per method under recipes/catalog/<framework>/<method>/."""
