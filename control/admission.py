@@ -19,6 +19,7 @@ from starforge.job.v1 import job_spec_pb2
 from common import errors
 from common.sensitive import bad_path, is_sensitive
 from control import overrides, profiles
+from control.assembly import observability
 from control.auth import Principal
 from control.blobstore import BlobStore
 from control.config import ControlConfig
@@ -114,7 +115,7 @@ def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl) -> None:
             )
 
 
-def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl) -> None:
+def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, Any]) -> None:
     if recipe.requires_model and not spec.model:
         raise _field(
             "model",
@@ -127,11 +128,12 @@ def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl) -> None:
             f"{recipe.name} needs training data: pass --train-data <path> (or --train-dataset owner/name@v)",
             er.ERROR_REASON_MISSING_INPUT,
         )
-    mode = spec.observability.mode
-    external = mode == job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL or (
-        mode == job_spec_pb2.OBSERVABILITY_MODE_UNSPECIFIED and recipe.default_observability == "external"
-    )
-    if external and not spec.observability.url:
+    mode, url = observability(spec, recipe, config)
+    if config.get("observability") not in (None, "platform", "external") and not isinstance(
+        config.get("observability"), dict
+    ):
+        raise _field("observability", "config.yaml `observability:` must be platform or external")
+    if mode == "external" and not url:
         raise _field(
             "observability.url",
             f"{recipe.name} reports to an external tracker by default: pass --observability-url <url>, "
@@ -255,7 +257,7 @@ def admit(
     check_identity(spec, principal)
     recipe = check_recipe(spec, catalog)
     config = parse_config(spec)
-    check_inputs(spec, recipe)
+    check_inputs(spec, recipe, config)
     check_workspace(spec, recipe)
     resolved = overrides.resolve_config(recipe, config, spec.overrides)
     pools = profiles.resolve(spec.pools, cfg.profiles, recipe.default_profile)

@@ -29,6 +29,7 @@ from starforge.control.v1 import (
     fleet_service_pb2_grpc,
 )
 from starforge.executor.v1 import launch_request_pb2 as lr
+from starforge.forgelet.v1 import node_registry_service_pb2, node_registry_service_pb2_grpc
 from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
 from common.server import create_server, service
@@ -41,6 +42,7 @@ from control.db import models as m
 from control.db.engine import Database
 from control.events import Notifier
 from control.executors import ExecutorPool
+from control.http_ops import OpsServer
 from control.scheduler.dispatch import Scheduler
 from control.scheduler.reconcile import Reconciler
 from control.services.account_service import AccountServicer
@@ -49,6 +51,7 @@ from control.services.catalog_service import CatalogServicer
 from control.services.control_service import ControlServicer
 from control.services.fleet_service import FleetServicer
 from control.services.ingest_service import IngestServicer
+from control.services.node_registry_service import NodeRegistryServicer
 from recipes.catalog import load_catalog
 
 log = logging.getLogger("starforge.control")
@@ -63,6 +66,7 @@ class ControlApp:
     reconciler: Reconciler
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    ops: OpsServer | None = None
 
     @property
     def address(self) -> str:
@@ -72,6 +76,8 @@ class ControlApp:
         self.stop_event.set()
         self.ctx.notifier.notify("schedule", "reconcile")
         await self.server.stop(grace)
+        if self.ops is not None:
+            self.ops.stop()
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -185,15 +191,27 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             fleet_service_pb2_grpc.add_FleetServiceServicer_to_server,
             fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"],
         ),
+        service(
+            NodeRegistryServicer(ctx),
+            node_registry_service_pb2_grpc.add_NodeRegistryServiceServicer_to_server,
+            node_registry_service_pb2.DESCRIPTOR.services_by_name["NodeRegistryService"],
+        ),
     ]
     server, port, _health = await create_server(cfg.listen, services, interceptors=[auth.AuthInterceptor(verifier)])
     host = cfg.listen.rsplit(":", 1)[0]
     ctx.public_address = cfg.public_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
+    ops = None
+    if cfg.http_listen:
+        ops = OpsServer(cfg.http_listen, store, verifier, run_blobs.allowed, asyncio.get_running_loop())
+        ops.start()
+        http_host = cfg.http_listen.rsplit(":", 1)[0]
+        http_host = "127.0.0.1" if http_host in ("0.0.0.0", "[::]", "") else http_host
+        ctx.public_http_url = cfg.public_http_url or f"http://{http_host}:{ops.port}"
     await server.start()
     scheduler = Scheduler(ctx)
     reconciler = Reconciler(ctx, scheduler)
     ctx.stop_attempt = lambda attempt_id, fleet: scheduler.spawn(reconciler.stop_attempt(attempt_id, fleet))
-    app = ControlApp(ctx, server, port, scheduler, reconciler)
+    app = ControlApp(ctx, server, port, scheduler, reconciler, ops=ops)
     await executors.check_all()
     await reconciler.tick()  # crash recovery first: catch up with every executor
     app.tasks = [

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_spec_pb2
 
+from capsule import layout
 from control.blobstore import BlobStore
 from control.capsule_assets import CapsuleAssets
 from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB  # label names are part of the contract
 from recipes.catalog import RecipeDecl
-
-CAPSULE_SCHEMA = "starforge.capsule/v1"
 
 
 @dataclass(frozen=True)
@@ -31,13 +30,23 @@ class AttemptInfo:
     resume: bool
 
 
-def observability_mode(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl) -> str:
+def observability(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, object]) -> tuple[str, str]:
+    """(mode, url): --observability-url / spec first, then config.yaml `observability:`, then the recipe."""
     mode = spec.observability.mode
+    url = spec.observability.url
     if mode == job_spec_pb2.OBSERVABILITY_MODE_PLATFORM:
-        return "platform"
+        return "platform", url
     if mode == job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL:
-        return "external"
-    return recipe.default_observability
+        return "external", url
+    declared = config.get("observability")
+    if isinstance(declared, dict):
+        url = url or str(declared.get("url") or "")
+        declared = declared.get("mode")
+    if declared in ("platform", "external"):
+        return str(declared), url
+    if url:
+        return "external", url
+    return recipe.default_observability, url
 
 
 def capsule_json(
@@ -48,38 +57,28 @@ def capsule_json(
     resolved_config: dict[str, object],
     assets: CapsuleAssets,
 ) -> bytes:
-    """capsule.json as specified in docs/ARCHITECTURE.md (canonical JSON: sorted keys, no spaces)."""
-    files = [
-        {"root": "capsule", "path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable}
-        for f in assets.files
-    ] + [
-        {"root": "workspace", "path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable}
-        for f in spec.workspace.files
-    ]
-    doc = {
-        "schema": CAPSULE_SCHEMA,
-        "job_id": info.job_id,
-        "attempt_id": info.attempt_id,
-        "attempt_number": info.number,
-        "runner": assets.runner,
-        "files": files,
-        "run": {
-            "method": recipe.name,
-            "adapter": recipe.adapter,
-            "experiment": spec.experiment,
-            "entrypoint": recipe.entrypoint.format(experiment=spec.experiment),
-            "config": resolved_config,
-            "overrides": [{"key": o.key, "value": o.value} for o in spec.overrides],
-            "observability": observability_mode(spec, recipe),
-            "model": spec.model,
-            "train_data": spec.train_data.path,
-            "validation_data": spec.validation_data.path,
-            "pools": [
-                {"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node} for p in pools
-            ],
-        },
-    }
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    """capsule.json of one attempt (capsule.layout writes the exact bytes bootstrap.sh verifies)."""
+    config = json.loads(spec.config_json or "{}")
+    return layout.capsule_json(
+        job_id=info.job_id,
+        attempt_id=info.attempt_id,
+        attempt_number=info.number,
+        runner=assets.runner,
+        capsule_files=[layout.FileEntry(f.path, f.sha256, f.size, f.executable) for f in assets.files],
+        workspace_files=[layout.FileEntry(f.path, f.sha256, f.size, f.executable) for f in spec.workspace.files],
+        run=layout.RunInfo(
+            method=recipe.name,
+            adapter=recipe.adapter,
+            experiment=spec.experiment,
+            entrypoint=recipe.entrypoint.format(experiment=spec.experiment),
+            config=resolved_config,
+            observability=observability(spec, recipe, config)[0],
+            model=spec.model,
+            train_data=spec.train_data.path,
+            validation_data=spec.validation_data.path,
+            pools=[layout.PoolInfo(p.name, p.series, p.nodes, p.gpus_per_node) for p in pools],
+        ),
+    )
 
 
 def build_launch(
@@ -95,6 +94,7 @@ def build_launch(
     *,
     run_token: str,
     public_address: str,
+    public_http_url: str = "",
     stop_grace_seconds: int,
     secret_env: dict[str, str] | None = None,
     datasets: Sequence[lr.ResolvedDataset] = (),
@@ -120,7 +120,7 @@ def build_launch(
         image=image,
         runtime_id=runtime_id,
         capsule=capsule,
-        blob_source=lr.BlobSource(address=public_address, token=run_token),
+        blob_source=lr.BlobSource(address=public_address, token=run_token, http_url=public_http_url),
         ingest=lr.IngestTarget(address=public_address, token=run_token),
         env=env,
         secret_env=secret_env or {},

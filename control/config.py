@@ -85,10 +85,15 @@ class ControlConfig:
     executor_deadline_seconds: float = 30.0
     default_retry_budget: int = 2
     stop_grace_seconds: int = 10
+    # A forgelet node silent for this long is lost; its attempts fail as node lost (retryable).
+    node_timeout_seconds: float = 15.0
     # Create this admin user at start when there are no users; its token goes to state_dir/admin-token.
     bootstrap_admin: str = ""
-    # Prometheus /metrics on this address; empty disables.
-    metrics_listen: str = ""
+    # HTTP port for /healthz, Prometheus /metrics and GET /v1/blobs/<sha256> (pods fetching
+    # capsules with plain Python); empty disables it.
+    http_listen: str = ""
+    # URL jobs use to reach http_listen; empty means http://<http_listen>.
+    public_http_url: str = ""
     hf_endpoint: str = "https://huggingface.co"
     hf_token: str = ""
     log_level: str = "info"

@@ -27,6 +27,8 @@ class Context:
     verifier: TokenVerifier
     replica_id: str
     public_address: str
+    # Base URL of the HTTP port (blobs for pods); empty when disabled.
+    public_http_url: str = ""
     # Stop an attempt on its backend now (attempt id, fleet); set by control.app once the
     # reconciler exists.
     stop_attempt: Callable[[str, str], None] | None = None

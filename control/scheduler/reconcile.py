@@ -25,6 +25,7 @@ from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
+from control import nodes
 from control.context import Context
 from control.db import models as m
 from control.ledger import jobs, outcomes
@@ -66,6 +67,9 @@ class Reconciler:
         for a in active:
             by_fleet[a[1]].append((a[0], a[2], a[3], a[4]))
         await asyncio.gather(*(self._fleet(fleet, rows, now) for fleet, rows in by_fleet.items()))
+        lost = await self.ctx.db.run(lambda s: nodes.mark_lost(s, self.ctx.cfg.node_timeout_seconds))
+        for t in lost:
+            self.ctx.notifier.notify(t.job_id, "schedule")
         await self._stop_requested()
         await self._cleanup()
 

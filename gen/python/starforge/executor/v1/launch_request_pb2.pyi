@@ -82,12 +82,14 @@ class Capsule(_message.Message):
     def __init__(self, files: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceFile, _Mapping]]] = ..., capsule_digest: _Optional[str] = ..., runner_digest: _Optional[str] = ...) -> None: ...
 
 class BlobSource(_message.Message):
-    __slots__ = ("address", "token")
+    __slots__ = ("address", "token", "http_url")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HTTP_URL_FIELD_NUMBER: _ClassVar[int]
     address: str
     token: str
-    def __init__(self, address: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+    http_url: str
+    def __init__(self, address: _Optional[str] = ..., token: _Optional[str] = ..., http_url: _Optional[str] = ...) -> None: ...
 
 class IngestTarget(_message.Message):
     __slots__ = ("address", "token")

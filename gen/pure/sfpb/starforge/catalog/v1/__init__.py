@@ -175,9 +175,7 @@ class Parameter(betterproto2.Message):
     Dotted key ("grpo.kl_coef", "policy.optimizer.kwargs.lr").
     """
 
-    type: "ParameterType" = betterproto2.field(
-        2, betterproto2.TYPE_ENUM, default_factory=lambda: ParameterType(0)
-    )
+    type: "ParameterType" = betterproto2.field(2, betterproto2.TYPE_ENUM, default_factory=lambda: ParameterType(0))
     """
     Type.
     """

@@ -408,9 +408,7 @@ class Dataset(betterproto2.Message):
     Version ("v2"); versions are immutable.
     """
 
-    manifest: "__job__v1__.WorkspaceManifest | None" = betterproto2.field(
-        4, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    manifest: "__job__v1__.WorkspaceManifest | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
     """
     Files.
     """
@@ -488,9 +486,7 @@ class FindMissingBlobsRequest(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "starforge.control.v1", "FindMissingBlobsRequest", FindMissingBlobsRequest
-)
+default_message_pool.register_message("starforge.control.v1", "FindMissingBlobsRequest", FindMissingBlobsRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -505,9 +501,7 @@ class FindMissingBlobsResponse(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "starforge.control.v1", "FindMissingBlobsResponse", FindMissingBlobsResponse
-)
+default_message_pool.register_message("starforge.control.v1", "FindMissingBlobsResponse", FindMissingBlobsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -853,9 +847,7 @@ class ListFleetsResponse(betterproto2.Message):
     """
 
     queue_depth: "dict[str, int]" = betterproto2.field(
-        2,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_INT32),
+        2, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_INT32)
     )
     """
     QUEUED jobs per queue.
@@ -1060,9 +1052,7 @@ class PushDatasetRequest(betterproto2.Message):
     Version; empty for the next "v<N>".
     """
 
-    manifest: "__job__v1__.WorkspaceManifest | None" = betterproto2.field(
-        3, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    manifest: "__job__v1__.WorkspaceManifest | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
     """
     Files (already uploaded).
     """

@@ -117,6 +117,12 @@ class BlobSource(betterproto2.Message):
     Run token allowed to read this attempt's blobs.
     """
 
+    http_url: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    HTTP base URL serving `GET <http_url>/v1/blobs/<sha256>` with the same bearer token, for
+    backends whose pods fetch with plain Python (kuberay); empty when the server has no HTTP port.
+    """
+
 
 default_message_pool.register_message("starforge.executor.v1", "BlobSource", BlobSource)
 
@@ -322,27 +328,21 @@ class LaunchRequest(betterproto2.Message):
     """
 
     env: "dict[str, str]" = betterproto2.field(
-        14,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        14, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Environment for the training process (FORGE_* variables included). Not secret.
     """
 
     secret_env: "dict[str, str]" = betterproto2.field(
-        15,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        15, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Secret environment (HF token). Executors pass it to the process and never log or label it.
     """
 
     labels: "dict[str, str]" = betterproto2.field(
-        16,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        16, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Labels every backend object gets, so a restarted executor finds its own
@@ -551,9 +551,7 @@ class ResolvedDataset(betterproto2.Message):
     "<owner>/<name>@<version>".
     """
 
-    manifest: "__job__v1__.WorkspaceManifest | None" = betterproto2.field(
-        3, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    manifest: "__job__v1__.WorkspaceManifest | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
     """
     Files.
     """

@@ -270,9 +270,7 @@ class InspectAttemptsRequest(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "starforge.forgelet.v1", "InspectAttemptsRequest", InspectAttemptsRequest
-)
+default_message_pool.register_message("starforge.forgelet.v1", "InspectAttemptsRequest", InspectAttemptsRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -281,17 +279,13 @@ class InspectAttemptsResponse(betterproto2.Message):
     InspectAttemptsResponse reports them.
     """
 
-    observations: "list[__executor__v1__.Observation]" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    observations: "list[__executor__v1__.Observation]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     Observations.
     """
 
 
-default_message_pool.register_message(
-    "starforge.forgelet.v1", "InspectAttemptsResponse", InspectAttemptsResponse
-)
+default_message_pool.register_message("starforge.forgelet.v1", "InspectAttemptsResponse", InspectAttemptsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -457,9 +451,7 @@ class StartAttemptRequest(betterproto2.Message):
     StartAttemptRequest is a launch placed on this node.
     """
 
-    launch: "__executor__v1__.LaunchRequest | None" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    launch: "__executor__v1__.LaunchRequest | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The launch.
     """

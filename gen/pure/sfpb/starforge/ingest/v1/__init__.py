@@ -166,23 +166,17 @@ class Record(betterproto2.Message):
     A lifecycle event.
     """
 
-    log_chunk: "LogChunk | None" = betterproto2.field(
-        4, betterproto2.TYPE_MESSAGE, optional=True, group="body"
-    )
+    log_chunk: "LogChunk | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True, group="body")
     """
     Log lines.
     """
 
-    metrics: "MetricBatch | None" = betterproto2.field(
-        5, betterproto2.TYPE_MESSAGE, optional=True, group="body"
-    )
+    metrics: "MetricBatch | None" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, optional=True, group="body")
     """
     Metric points.
     """
 
-    samples: "SampleBatch | None" = betterproto2.field(
-        6, betterproto2.TYPE_MESSAGE, optional=True, group="body"
-    )
+    samples: "SampleBatch | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True, group="body")
     """
     Samples.
     """
@@ -222,9 +216,7 @@ class ReportResponse(betterproto2.Message):
     Highest sequence number stored without gaps.
     """
 
-    signal: "ControlSignal" = betterproto2.field(
-        2, betterproto2.TYPE_ENUM, default_factory=lambda: ControlSignal(0)
-    )
+    signal: "ControlSignal" = betterproto2.field(2, betterproto2.TYPE_ENUM, default_factory=lambda: ControlSignal(0))
     """
     A request from the control plane, if any.
     """

@@ -501,9 +501,7 @@ class Attempt(betterproto2.Message):
     State of this attempt.
     """
 
-    cause: "AttemptCause" = betterproto2.field(
-        4, betterproto2.TYPE_ENUM, default_factory=lambda: AttemptCause(0)
-    )
+    cause: "AttemptCause" = betterproto2.field(4, betterproto2.TYPE_ENUM, default_factory=lambda: AttemptCause(0))
     """
     Why it was created.
     """
@@ -793,9 +791,7 @@ class Job(betterproto2.Message):
     """
 
     labels: "dict[str, str]" = betterproto2.field(
-        25,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        25, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Labels from the spec.
@@ -821,9 +817,7 @@ class JobEvent(betterproto2.Message):
     Attempt the transition belongs to; empty for job-only transitions (e.g. resume to QUEUED).
     """
 
-    from_state: "JobState" = betterproto2.field(
-        3, betterproto2.TYPE_ENUM, default_factory=lambda: JobState(0)
-    )
+    from_state: "JobState" = betterproto2.field(3, betterproto2.TYPE_ENUM, default_factory=lambda: JobState(0))
     """
     State before.
     """
@@ -968,18 +962,14 @@ class JobSpec(betterproto2.Message):
     """
 
     env: "dict[str, str]" = betterproto2.field(
-        21,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        21, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Extra environment variables for the training process (never secrets: they are stored).
     """
 
     labels: "dict[str, str]" = betterproto2.field(
-        22,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        22, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Free-form labels, shown and filterable in `sf job ls` and the console.
@@ -1005,9 +995,7 @@ class LifecycleEvent(betterproto2.Message):
     LifecycleEvent is reported by the capsule about its attempt.
     """
 
-    phase: "LifecyclePhase" = betterproto2.field(
-        1, betterproto2.TYPE_ENUM, default_factory=lambda: LifecyclePhase(0)
-    )
+    phase: "LifecyclePhase" = betterproto2.field(1, betterproto2.TYPE_ENUM, default_factory=lambda: LifecyclePhase(0))
     """
     Phase.
     """
@@ -1042,9 +1030,7 @@ class LifecycleEvent(betterproto2.Message):
     """
 
     details: "dict[str, str]" = betterproto2.field(
-        7,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        7, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Extra facts (checkpoint path, resumed_from_step, node name).
@@ -1367,9 +1353,7 @@ class Sample(betterproto2.Message):
     """
 
     extra: "dict[str, str]" = betterproto2.field(
-        5,
-        betterproto2.TYPE_MAP,
-        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+        5, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
     Other fields (ground truth, judge verdict).
@@ -1385,9 +1369,7 @@ class WaitInfo(betterproto2.Message):
     WaitInfo explains a QUEUED job.
     """
 
-    reason: "WaitReason" = betterproto2.field(
-        1, betterproto2.TYPE_ENUM, default_factory=lambda: WaitReason(0)
-    )
+    reason: "WaitReason" = betterproto2.field(1, betterproto2.TYPE_ENUM, default_factory=lambda: WaitReason(0))
     """
     Why it waits.
     """

@@ -1,0 +1,217 @@
+"""The embedded console behind `sf up`: the control plane plus a local executor service.
+
+Everything lives under one state directory:
+
+    console.yaml        control plane settings (written with defaults on first start; edit freely)
+    executor.yaml       the local executor's settings (same)
+    ledger.db, blobs/   the ledger (SQLite, WAL) and the blob store
+    executor/           attempts, blob cache and FORGE_OUT_DIR of every job
+    admin-token         the first admin's personal access token (0600)
+    console.log, executor.log
+
+The executor runs as its own process (as in a deployment) and is stopped by its PID when the
+console stops. Jobs of the process runtime run in their own sessions and are not killed by a
+console restart; the console reconciles with them when it comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import getpass
+import json
+import logging
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+
+from common.config import ConfigError, load_config
+from common.server import serve_until_signal
+from control.app import start_control
+from control.config import ControlConfig, FleetConfig, InventoryConfig
+
+log = logging.getLogger("starforge.embedded")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CAPSULE_DIR = REPO / "build" / "capsule"
+RUNTIMES = ("process", "docker")
+CPU_SLOTS = 4
+
+CONSOLE_DEFAULTS = """\
+# StarForge embedded console settings (see docs/configuration.md). Edit and restart `sf up`.
+# Registries images may come from. "host" (run on this machine's own Python) needs no entry.
+image_allowlist: []
+# The image custom/custom jobs get when neither --image nor config.yaml names one.
+default_images:
+  custom: host
+scheduler_interval_seconds: 0.2
+reconcile_interval_seconds: 1.0
+"""
+
+
+def admin_name() -> str:
+    """The local user's name made valid as a StarForge user name ("admin" if nothing fits)."""
+    try:
+        raw = getpass.getuser()
+    except (KeyError, OSError):
+        raw = ""
+    name = re.sub(r"[^a-z0-9-]", "-", raw.lower()).strip("-")[:32]
+    if not re.match(r"^[a-z][a-z0-9-]{1,31}$", name):
+        name = "admin"
+    return name
+
+
+def _write_default(path: pathlib.Path, text: str) -> None:
+    if not path.exists():
+        path.write_text(text)
+
+
+def executor_config(state_dir: pathlib.Path, runtime: str) -> pathlib.Path:
+    path = state_dir / "executor.yaml"
+    doc: dict[str, dict[str, object]] = {
+        "local": {
+            "runtime": runtime,
+            "state_dir": str(state_dir / "executor"),
+            "inventory": [{"series": "cpu", "gpus": 0, "slots": CPU_SLOTS}],
+        }
+    }
+    if runtime == "docker" and os.environ.get("DOCKER_HOST"):
+        doc["local"]["docker"] = {"base_url": os.environ["DOCKER_HOST"]}
+    if path.exists():
+        current = yaml.safe_load(path.read_text()) or {}
+        if current.get("local", {}).get("runtime") == runtime:
+            return path
+    path.write_text("# Local executor of the embedded console (written by `sf up`).\n" + yaml.safe_dump(doc))
+    return path
+
+
+def ensure_capsule() -> pathlib.Path:
+    """Build runner.pex if this checkout has not built it yet (`make capsule` does the same)."""
+    if not (CAPSULE_DIR / "manifest.json").exists():
+        log.info("building the capsule (runner.pex) into %s", CAPSULE_DIR)
+        subprocess.run([sys.executable, "-m", "capsule.build", "--out", str(CAPSULE_DIR)], check=True, cwd=REPO)
+    return CAPSULE_DIR
+
+
+def start_executor(state_dir: pathlib.Path, runtime: str, timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], str]:
+    ready = state_dir / "executor.ready"
+    ready.unlink(missing_ok=True)
+    logf = (state_dir / "executor.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "executor_svc.main",
+            "--kind",
+            "local",
+            "--config",
+            str(executor_config(state_dir, runtime)),
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(ready),
+        ],
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready.exists():
+            try:
+                return proc, str(json.loads(ready.read_text())["address"])
+            except (json.JSONDecodeError, KeyError):
+                pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    stop_process(proc)
+    tail = (state_dir / "executor.log").read_text(errors="replace").splitlines()[-15:]
+    raise ConfigError("the local executor did not start:\n  " + "\n  ".join(tail))
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM the process we started (by PID), SIGKILL after `grace`."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def console_config(state_dir: pathlib.Path, listen: str, executor_address: str) -> ControlConfig:
+    path = state_dir / "console.yaml"
+    _write_default(path, CONSOLE_DEFAULTS)
+    cfg = load_config(ControlConfig, path, {})
+    cfg = dataclasses.replace(
+        cfg,
+        listen=listen,
+        state_dir=state_dir,
+        capsule_dir=ensure_capsule(),
+        bootstrap_admin=cfg.bootstrap_admin or admin_name(),
+        fleets=[
+            FleetConfig(
+                name="local",
+                kind="local",
+                address=executor_address,
+                inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=CPU_SLOTS)],
+            )
+        ],
+    )
+    cfg.validate()
+    return cfg
+
+
+async def _serve(cfg: ControlConfig, ready_file: pathlib.Path | None) -> None:
+    app = await start_control(cfg)
+    if ready_file is not None:
+        tmp = ready_file.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "address": app.address,
+                    "user": cfg.bootstrap_admin,
+                    "token_file": str(cfg.resolved_state_dir / "admin-token"),
+                    "pid": os.getpid(),
+                }
+            )
+        )
+        tmp.replace(ready_file)
+
+    async def on_stop() -> None:
+        app.stop_event.set()
+
+    await serve_until_signal(app.server, grace=3.0, on_stop=on_stop)
+    await app.stop(0)
+
+
+def run_embedded(
+    state_dir: pathlib.Path,
+    listen: str = "127.0.0.1:7070",
+    *,
+    runtime: str = "process",
+    ready_file: pathlib.Path | None = None,
+) -> int:
+    """Run the embedded console until SIGTERM/SIGINT. Returns an exit code."""
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
+    state_dir = state_dir.expanduser().resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    proc, address = start_executor(state_dir, runtime)
+    try:
+        cfg = console_config(state_dir, listen, address)
+        asyncio.run(_serve(cfg, ready_file))
+    finally:
+        stop_process(proc)
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
+    return 0

@@ -1,0 +1,116 @@
+"""The control plane's HTTP port: /healthz, Prometheus /metrics, and GET /v1/blobs/<sha256>.
+
+Blobs over plain HTTP exist for pods that fetch their capsule with the image's own Python before
+anything else runs (the kuberay executor's init container); they take the same bearer tokens
+and scope rules as BlobService.ReadBlob. Runs in its own threads (stdlib ThreadingHTTPServer) so
+large downloads never block the event loop; token checks hop onto the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import logging
+import re
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from common import errors
+from control.auth import Principal, TokenVerifier
+from control.blobstore import BlobStore
+
+log = logging.getLogger("starforge.http")
+BLOB_PATH = re.compile(r"^/v1/blobs/([0-9a-f]{64})$")
+
+
+class OpsServer:
+    def __init__(
+        self,
+        listen: str,
+        store: BlobStore,
+        verifier: TokenVerifier,
+        run_blob_check: Callable[[str, str], Coroutine[Any, Any, bool]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        host, _, port = listen.rpartition(":")
+        ops = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            server_version = "starforge"
+
+            def log_message(self, fmt: str, *args: object) -> None:
+                log.debug("http %s", fmt % args)
+
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/healthz":
+                    self._send(200, b"ok\n")
+                    return
+                if self.path == "/metrics":
+                    self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+                    return
+                m = BLOB_PATH.match(self.path)
+                if m is None:
+                    self._send(404, b"not found\n")
+                    return
+                ops.serve_blob(self, m.group(1))
+
+        self.store = store
+        self.verifier = verifier
+        self.run_blob_check = run_blob_check
+        self.loop = loop
+        self.httpd = http.server.ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="http-ops", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _principal(self, header: str | None) -> Principal:
+        token = header[len("Bearer ") :].strip() if header and header.startswith("Bearer ") else None
+        return asyncio.run_coroutine_threadsafe(self.verifier.verify(token), self.loop).result(30)
+
+    def serve_blob(self, h: http.server.BaseHTTPRequestHandler, digest: str) -> None:
+        try:
+            p = self._principal(h.headers.get("Authorization"))
+            if p.kind == "run":
+                ok: bool = asyncio.run_coroutine_threadsafe(
+                    self.run_blob_check(p.job_id or "", digest), self.loop
+                ).result(30)
+                if not ok:
+                    raise errors.PermissionDenied("this run token may only read its own run's blobs")
+            elif p.kind != "pat":
+                raise errors.PermissionDenied(f"a {p.kind} token cannot read blobs")
+            size = self.store.size(digest)
+        except errors.StarforgeError as e:
+            code = {
+                errors.Unauthenticated: 401,
+                errors.PermissionDenied: 403,
+                errors.NotFound: 404,
+            }.get(type(e), 400)
+            body = (e.message + "\n").encode()
+            h.send_response(code)
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return
+        h.send_response(200)
+        h.send_header("Content-Type", "application/octet-stream")
+        h.send_header("Content-Length", str(size))
+        h.end_headers()
+        for chunk in self.store.read(digest):
+            h.wfile.write(chunk)

@@ -1,0 +1,202 @@
+"""A live console for integration tests: the control plane (in this process, on a free port) and a
+real `starforge-executor --kind local` process, as `sf up` runs them. Plus helpers to pack a lab,
+submit, and wait for states over the real gRPC API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import pathlib
+import subprocess
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import yaml
+from starforge.catalog.v1 import catalog_service_pb2 as cat
+from starforge.catalog.v1 import catalog_service_pb2_grpc as cat_grpc
+from starforge.control.v1 import blob_service_pb2 as blob
+from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
+from starforge.control.v1 import control_service_pb2 as ctl
+from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
+
+from common.channel import aio_channel, bearer
+from control import embedded
+from control.app import ControlApp, start_control
+from control.config import ControlConfig, FleetConfig, InventoryConfig
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Console:
+    app: ControlApp
+    token: str
+    root: pathlib.Path
+    executor: subprocess.Popen[bytes] | None
+    executor_address: str
+    channel: grpc.aio.Channel
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return self.app.address
+
+    @property
+    def md(self) -> tuple[tuple[str, str], ...]:
+        return bearer(self.token)
+
+    @property
+    def jobs(self) -> ctl_grpc.ControlServiceStub:
+        return ctl_grpc.ControlServiceStub(self.channel)
+
+    @property
+    def blobs(self) -> blob_grpc.BlobServiceStub:
+        return blob_grpc.BlobServiceStub(self.channel)
+
+    async def lock(self, method: str = "custom/custom") -> job_spec_pb2.RecipeLock:
+        r = await cat_grpc.CatalogServiceStub(self.channel).ResolveLock(
+            cat.ResolveLockRequest(method=method), metadata=self.md
+        )
+        return r.lock
+
+    async def upload(self, files: Mapping[str, bytes], executable: set[str]) -> workspace_pb2.WorkspaceManifest:
+        manifest = workspace_pb2.WorkspaceManifest()
+        for path in sorted(files):
+            data = files[path]
+            manifest.files.add(
+                path=path, sha256=hashlib.sha256(data).hexdigest(), size=len(data), executable=path in executable
+            )
+
+        async def chunks() -> AsyncIterator[blob.UploadBlobsRequest]:
+            for f in manifest.files:
+                yield blob.UploadBlobsRequest(digest=f.sha256, size=f.size, data=files[f.path], finish=True)
+
+        await self.blobs.UploadBlobs(chunks(), metadata=self.md)
+        return manifest
+
+    async def submit_custom(
+        self,
+        train_sh: str,
+        *,
+        extra_files: Mapping[str, bytes] | None = None,
+        config: Mapping[str, Any] | None = None,
+        experiment: str = "exp",
+        **spec_fields: Any,
+    ) -> job_pb2.Job:
+        files = {f"experiments/{experiment}/train.sh": train_sh.encode(), **(extra_files or {})}
+        manifest = await self.upload(files, {f"experiments/{experiment}/train.sh"})
+        cfg = {"image": "host", "observability": "platform", **(config or {})}
+        spec = job_spec_pb2.JobSpec(
+            api_version="forge/v2",
+            project=f"@{self.extra.get('user', 'admin')}/lab",
+            experiment=experiment,
+            method="custom/custom",
+            recipe_lock=await self.lock(),
+            config_json=json.dumps(cfg),
+            workspace=manifest,
+            **spec_fields,
+        )
+        r = await self.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec), metadata=self.md)
+        return r.job
+
+    async def get(self, job_id: str) -> job_pb2.Job:
+        return (await self.jobs.GetJob(ctl.GetJobRequest(job_id=job_id), metadata=self.md)).job
+
+    async def wait(self, job_id: str, *states: int, timeout: float = 60.0) -> job_pb2.Job:
+        deadline = time.monotonic() + timeout
+        job = await self.get(job_id)
+        while job.state not in states:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {job_pb2.JobState.Name(job.state)}, wanted {states}: {job}")
+            await asyncio.sleep(0.1)
+            job = await self.get(job_id)
+        return job
+
+    async def logs(self, job_id: str) -> list[str]:
+        out = []
+        async for r in self.jobs.StreamJobLogs(ctl.StreamJobLogsRequest(job_id=job_id), metadata=self.md):
+            out.extend(line.text for line in r.lines)
+        return out
+
+
+def executor_yaml(root: pathlib.Path, runtime: str, local: Mapping[str, Any] | None = None) -> pathlib.Path:
+    path = root / "executor.yaml"
+    section = {
+        "runtime": runtime,
+        "state_dir": str(root / "executor"),
+        "inventory": [{"series": "cpu", "gpus": 0, "slots": 4}],
+        **(local or {}),
+    }
+    path.write_text(yaml.safe_dump({"local": section}))
+    return path
+
+
+def start_executor_process(root: pathlib.Path, config: pathlib.Path) -> tuple[subprocess.Popen[bytes], str]:
+    ready = root / "executor.ready"
+    ready.unlink(missing_ok=True)
+    log = (root / "executor.log").open("ab")
+    proc = subprocess.Popen(
+        ["python", "-m", "executor_svc.main", "--kind", "local", "--config", str(config),
+         "--listen", "127.0.0.1:0", "--ready-file", str(ready)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("executor did not start: " + (root / "executor.log").read_text()[-2000:])
+        time.sleep(0.05)
+    time.sleep(0.05)
+    return proc, json.loads(ready.read_text())["address"]
+
+
+@contextlib.asynccontextmanager
+async def console(
+    root: pathlib.Path,
+    *,
+    runtime: str = "process",
+    local: Mapping[str, Any] | None = None,
+    inventory: list[InventoryConfig] | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Console]:
+    root.mkdir(parents=True, exist_ok=True)
+    proc, address = start_executor_process(root, executor_yaml(root, runtime, local))
+    cfg = ControlConfig(
+        listen="127.0.0.1:0",
+        state_dir=root / "console",
+        capsule_dir=embedded.ensure_capsule(),
+        bootstrap_admin="admin",
+        default_images={"custom": "host"},
+        scheduler_interval_seconds=0.1,
+        reconcile_interval_seconds=0.3,
+        stop_grace_seconds=3,
+        fleets=[
+            FleetConfig(
+                name="local",
+                kind="local",
+                address=address,
+                inventory=inventory or [InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
+            )
+        ],
+    )
+    cfg = dataclasses.replace(cfg, **overrides)
+    app = await start_control(cfg)
+    token = (cfg.resolved_state_dir / "admin-token").read_text().strip()
+    channel = aio_channel(app.address)
+    c = Console(app, token, root, proc, address, channel, extra={"user": "admin"})
+    try:
+        yield c
+    finally:
+        await channel.close(None)
+        await app.stop(0)
+        embedded.stop_process(proc)
