@@ -65,14 +65,15 @@ def diagnose(
     text = "\n".join(log_tail[-200:])
     cls = known_class
     summary = message
-    if cls == st.FAILURE_CLASS_UNSPECIFIED:
-        if exit_code == EXIT_INTEGRITY or "capsule integrity check failed" in text:
-            cls = st.FAILURE_CLASS_PRECHECK
-            line = next((ln for ln in reversed(log_tail) if "integrity check failed" in ln), "")
-            summary = line.removeprefix("starforge: ") or "the capsule failed its integrity check"
-        elif exit_code == EXIT_NO_PYTHON:
+    integrity = next((ln for ln in reversed(log_tail) if "integrity check failed" in ln), "")
+    if exit_code == EXIT_INTEGRITY or integrity:
+        # bootstrap.sh's own words are the best summary, whoever classified the failure.
+        cls = cls or st.FAILURE_CLASS_PRECHECK
+        summary = summary or integrity.split("starforge: ", 1)[-1] or "the capsule failed its integrity check"
+    elif cls == st.FAILURE_CLASS_UNSPECIFIED:
+        if exit_code == EXIT_NO_PYTHON:
             cls = st.FAILURE_CLASS_IMAGE
-            summary = "the image has no python3, which the capsule needs"
+            summary = summary or "the image has no python3, which the capsule needs"
         elif exit_code == EXIT_RUNNER_PRECHECK:
             cls = st.FAILURE_CLASS_PRECHECK
         elif _IMAGE.search(text):

@@ -12,6 +12,7 @@ import hashlib
 import json
 import pathlib
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -144,8 +145,19 @@ def start_executor_process(root: pathlib.Path, config: pathlib.Path) -> tuple[su
     ready.unlink(missing_ok=True)
     log = (root / "executor.log").open("ab")
     proc = subprocess.Popen(
-        ["python", "-m", "executor_svc.main", "--kind", "local", "--config", str(config),
-         "--listen", "127.0.0.1:0", "--ready-file", str(ready)],
+        [
+            sys.executable,
+            "-m",
+            "executor_svc.main",
+            "--kind",
+            "local",
+            "--config",
+            str(config),
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(ready),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
