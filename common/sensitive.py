@@ -1,58 +1,91 @@
-"""Files that must never travel in a job package: the one list, used by `sf` and by admission."""
+"""Files that must never travel in a job package: the one rule set, used by `sf` and by admission.
+
+`sf` refuses a lab that would ship any of these, and the control plane refuses them again at
+admission (the server never trusts the client; DESIGN: secrets stay server-side). The
+rules are deliberately name-based and cheap; two files (.npmrc, .pypirc) are only sensitive when
+they hold credentials, so their content is checked. Templates meant to be committed
+(`.env.example`, `.env.sample`, `.env.template`, `.env.dist`) are allowed.
+"""
 
 from __future__ import annotations
 
 import fnmatch
-import posixpath
+import pathlib
+import re
+from collections.abc import Callable
 
-# Matched against the file name (last path component), case-insensitively.
-SENSITIVE_NAMES = (
-    ".env",
-    ".env.*",
-    "*.env",
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "*.jks",
-    "*.keystore",
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    "credentials",
-    "credentials.json",
-    "*credentials*.json",
-    "service-account*.json",
-    ".netrc",
-    "_netrc",
-    ".pgpass",
-    ".npmrc",
-    ".pypirc",
-    ".git-credentials",
-    ".htpasswd",
-    "*.kdbx",
-    "kubeconfig",
-    ".dockercfg",
+# (glob on the file name, why it is refused)
+NAME_RULES: tuple[tuple[str, str], ...] = (
+    (".env", "environment file, usually holds secrets"),
+    (".env.*", "environment file, usually holds secrets"),
+    ("*.pem", "PEM key or certificate"),
+    ("*.key", "private key"),
+    ("*.p12", "PKCS#12 key store"),
+    ("*.pfx", "PKCS#12 key store"),
+    ("*.jks", "Java key store"),
+    ("*.keystore", "key store"),
+    ("*.kdbx", "KeePass database"),
+    ("id_rsa*", "SSH key"),
+    ("id_dsa*", "SSH key"),
+    ("id_ecdsa*", "SSH key"),
+    ("id_ed25519*", "SSH key"),
+    ("credentials", "cloud credentials file"),
+    ("credentials.json", "credentials file"),
+    ("client_secret*.json", "OAuth client secret"),
+    (".netrc", "netrc credentials"),
+    ("_netrc", "netrc credentials"),
+    (".git-credentials", "git credentials"),
+    (".pgpass", "PostgreSQL password file"),
+    (".htpasswd", "password file"),
 )
-# Matched against the whole relative path.
-SENSITIVE_PATHS = (
-    ".aws/credentials",
-    ".aws/config",
-    ".ssh/*",
-    ".docker/config.json",
-    ".kube/config",
-    ".gnupg/*",
+# path suffixes (folder + name) that are credentials wherever they sit
+PATH_RULES: tuple[tuple[str, str], ...] = (
+    (".docker/config.json", "docker registry credentials"),
+    (".kube/config", "Kubernetes credentials"),
+    (".ssh/*", "SSH configuration or key"),
 )
+ENV_TEMPLATES = {".env.example", ".env.sample", ".env.template", ".env.dist"}
+CONTENT_RULES: dict[str, tuple[re.Pattern[bytes], str]] = {
+    ".npmrc": (re.compile(rb"(_authToken|_auth|_password)\s*="), "npm config with a registry token"),
+    ".pypirc": (re.compile(rb"(?m)^\s*password\s*[:=]"), "PyPI config with a password"),
+}
+_CONTENT_LIMIT = 1 << 20
 
 
-def is_sensitive(path: str) -> bool:
-    """True when `path` (relative, '/'-separated) names a file that may hold a secret."""
-    name = posixpath.basename(path).lower()
-    low = path.lower()
-    if any(fnmatch.fnmatchcase(name, pat) for pat in SENSITIVE_NAMES):
-        return True
-    return any(fnmatch.fnmatchcase(low, pat) or fnmatch.fnmatchcase(low, "*/" + pat) for pat in SENSITIVE_PATHS)
+def why_sensitive(
+    rel_path: str, real_path: pathlib.Path | None = None, read: Callable[[], bytes] | None = None
+) -> str | None:
+    """Why `rel_path` may not be packed, or None when it may. Reads .npmrc/.pypirc only: from
+    `real_path` (the CLI) or through `read` (the server, from its blob store)."""
+    name = rel_path.rsplit("/", 1)[-1]
+    if name in ENV_TEMPLATES:
+        return None
+    for glob, why in NAME_RULES:
+        if fnmatch.fnmatchcase(name, glob):
+            return why
+    for suffix, why in PATH_RULES:
+        if fnmatch.fnmatchcase(rel_path, suffix) or fnmatch.fnmatchcase(rel_path, "*/" + suffix):
+            return why
+    if name in CONTENT_RULES and (real_path is not None or read is not None):
+        regex, why = CONTENT_RULES[name]
+        try:
+            if read is not None:
+                content = read()[:_CONTENT_LIMIT]
+            else:
+                assert real_path is not None
+                with real_path.open("rb") as f:
+                    content = f.read(_CONTENT_LIMIT)
+        except OSError:
+            return None
+        if regex.search(content):
+            return why
+    return None
+
+
+def all_rules() -> list[str]:
+    """Every rule, for docs and messages."""
+    rules = [glob for glob, _ in NAME_RULES] + [p for p, _ in PATH_RULES]
+    return [*rules, ".npmrc (with a token)", ".pypirc (with a password)"]
 
 
 def bad_path(path: str) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.job.v1 import job_spec_pb2
 
 from common import errors
-from common.sensitive import bad_path, is_sensitive
+from common.sensitive import bad_path, why_sensitive
 from control import overrides, profiles
 from control.assembly import observability
 from control.auth import Principal
@@ -89,16 +89,21 @@ def check_recipe(spec: job_spec_pb2.JobSpec, catalog: Catalog) -> RecipeDecl:
     return recipe
 
 
-def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl) -> None:
+def _blob_reader(store: BlobStore, digest: str) -> Callable[[], bytes]:
+    return lambda: store.read_bytes(digest) if store.has(digest) else b""
+
+
+def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobStore) -> None:
     paths = set()
     for f in spec.workspace.files:
         why = bad_path(f.path)
         if why:
             raise _field("workspace", f"workspace path {f.path!r} {why}")
-        if is_sensitive(f.path):
+        why = why_sensitive(f.path, read=_blob_reader(store, f.sha256))
+        if why:
             raise _field(
                 "workspace",
-                f"the package contains {f.path}, which may hold secrets; remove it from git or add it to "
+                f"the package contains {f.path} ({why}); remove it from git or add it to "
                 "package.exclude in starforge.yaml",
                 er.ERROR_REASON_SENSITIVE_FILE,
             )
@@ -258,7 +263,7 @@ def admit(
     recipe = check_recipe(spec, catalog)
     config = parse_config(spec)
     check_inputs(spec, recipe, config)
-    check_workspace(spec, recipe)
+    check_workspace(spec, recipe, store)
     resolved = overrides.resolve_config(recipe, config, spec.overrides)
     pools = profiles.resolve(spec.pools, cfg.profiles, recipe.default_profile)
     if len(pools) > 1 and not recipe.multi_pool:

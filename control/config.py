@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.config import ConfigError, load_config
+from control import windows
 
 EXECUTOR_KINDS = ("local", "agent", "kuberay", "slurm")
 
@@ -38,6 +39,21 @@ class FleetConfig:
     token: str = ""
     window: str = ""
     queues: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class QuotaConfig:
+    """A cap on GPUs of one series in use at once, for a user or a project.
+
+    `user` names a user ("*": every user, each on its own); `project` names a project ("@alice/lab";
+    "*": every project). Set exactly one. For a CPU series the cap counts jobs. A job over quota is
+    not refused: it waits in QUEUED with reason QUOTA and starts when the quota frees.
+    """
+
+    series: str
+    gpus: int
+    user: str = ""
+    project: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,9 @@ class ControlConfig:
     capsule_dir: pathlib.Path = pathlib.Path("build/capsule")
     fleets: list[FleetConfig] = field(default_factory=list)
     profiles: list[ProfileConfig] = field(default_factory=lambda: list(DEFAULT_PROFILES))
+    quotas: list[QuotaConfig] = field(default_factory=list)
+    # Fair share remembers each user's usage with this half-life (seconds).
+    fair_share_half_life_seconds: float = 3600.0
     # Registries (prefixes) images may come from; empty allows none except process-runtime "host".
     image_allowlist: list[str] = field(default_factory=list)
     # Framework -> default image (the console's framework default).
@@ -120,7 +139,16 @@ class ControlConfig:
         if dup:
             raise ConfigError(f"fleets: duplicate fleet name {sorted(dup)[0]!r}")
         known_series = {p.series for p in self.profiles}
+        for q in self.quotas:
+            if bool(q.user) == bool(q.project):
+                raise ConfigError(f"quotas: set exactly one of user or project (series {q.series})")
+            if q.gpus < 0:
+                raise ConfigError(f"quotas: gpus must not be negative (series {q.series})")
         for f in self.fleets:
+            try:
+                windows.parse(f.window)
+            except ConfigError as e:
+                raise ConfigError(f"fleets.{f.name}.window: {e}") from None
             if f.kind not in EXECUTOR_KINDS:
                 raise ConfigError(
                     f"fleets.{f.name}.kind: unknown executor kind {f.kind!r}; valid kinds: {', '.join(EXECUTOR_KINDS)}"

@@ -233,15 +233,21 @@ class JobsApi:
         return job
 
     async def stream_logs(
-        self, principal: Principal, job_id: str, tail_lines: int, follow: bool, attempt_number: int
+        self,
+        principal: Principal,
+        job_id: str,
+        tail_lines: int,
+        follow: bool,
+        attempt_number: int,
+        after: logs.Cursor | None = None,
     ) -> AsyncIterator[tuple[list[telemetry_pb2.LogLine], int]]:
         """Yields (lines, final_state) batches; final_state is set on the last batch of a follow."""
         job = await self.ctx.db.run(lambda s: _visible(s, principal, job_id))
         jid = job.id
         if tail_lines < 0:
             raise errors.InvalidArgument("tail_lines must not be negative")
-        cursor: logs.Cursor | None = None
-        if tail_lines > 0:
+        cursor: logs.Cursor | None = after
+        if tail_lines > 0 and after is None:
             rows = await self.ctx.db.run(lambda s: logs.tail(s, jid, tail_lines, attempt_number))
             if rows:
                 cursor = (rows[-1].attempt_number, rows[-1].offset)
@@ -264,10 +270,12 @@ class JobsApi:
                 return
             await self.ctx.notifier.wait(f"logs:{jid}", FOLLOW_POLL_SECONDS)
 
-    async def watch(self, principal: Principal, job_id: str) -> AsyncIterator[tuple[job_pb2.JobEvent, job_pb2.Job]]:
+    async def watch(
+        self, principal: Principal, job_id: str, after_sequence: int = 0
+    ) -> AsyncIterator[tuple[job_pb2.JobEvent, job_pb2.Job]]:
         job = await self.ctx.db.run(lambda s: _visible(s, principal, job_id))
         jid = job.id
-        seq = 0
+        seq = after_sequence
         while True:
 
             def read(s: Session, after: int = seq) -> tuple[list[m.JobEvent], job_pb2.Job]:

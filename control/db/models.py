@@ -83,6 +83,11 @@ class Job(Base):
     request_id: Mapped[str] = mapped_column(String(64), default="")
     wait_reason: Mapped[int] = mapped_column(Integer, default=0)
     wait_message: Mapped[str] = mapped_column(Text, default="")
+    # 1-based position in dispatch order (fair share included), set by the scheduler each cycle.
+    queue_position: Mapped[int] = mapped_column(Integer, default=0)
+    # Why the platform (not the user) stopped or paused it: "window" or "drain"; such jobs are
+    # queued again by the platform when the window opens or right after the drain paused them.
+    stopped_by: Mapped[str] = mapped_column(String(16), default="")
     diagnosis: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
     # What a user asked for while the job runs ("stop", "pause"); cleared when reached.
     desired: Mapped[str] = mapped_column(String(16), default="")

@@ -92,9 +92,11 @@ def transition(
     if to_state == sm.QUEUED:
         job.ended_at = None
         job.diagnosis = b""
+        job.stopped_by = ""
     if to_state != sm.QUEUED:
         job.wait_reason = st.WAIT_REASON_UNSPECIFIED
         job.wait_message = ""
+    job.queue_position = 0
     if to_state in sm.TERMINAL or to_state in (sm.PAUSED, sm.QUEUED):
         job.desired = ""
     job.event_seq += 1
@@ -138,11 +140,24 @@ def next_counter(s: Session, name: str) -> int:
     return row.value
 
 
-def set_wait(s: Session, job_ids_by_reason: dict[str, tuple[int, str]]) -> None:
-    """Record why QUEUED jobs wait (reason, message); only touches jobs still QUEUED."""
-    for job_id, (reason, message) in job_ids_by_reason.items():
-        s.execute(
-            update(m.Job)
-            .where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
-            .values(wait_reason=reason, wait_message=message)
+def set_wait(s: Session, waiting: dict[str, tuple[int, str, int]]) -> None:
+    """Record why QUEUED jobs wait (reason, message, position); only touches jobs still QUEUED
+    whose record changes."""
+    if not waiting:
+        return
+    current = {
+        r.id: (r.wait_reason, r.wait_message, r.queue_position)
+        for r in s.execute(
+            select(m.Job.id, m.Job.wait_reason, m.Job.wait_message, m.Job.queue_position).where(
+                m.Job.id.in_(list(waiting)), m.Job.state == sm.QUEUED
+            )
         )
+    }
+    for job_id, value in waiting.items():
+        if job_id in current and current[job_id] != value:
+            reason, message, position = value
+            s.execute(
+                update(m.Job)
+                .where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
+                .values(wait_reason=reason, wait_message=message, queue_position=position)
+            )

@@ -23,7 +23,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import assembly, auth
+from control import assembly, auth, windows
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
@@ -31,8 +31,9 @@ from control.ledger import state_machine as sm
 from control.scheduler import placement
 
 log = logging.getLogger("starforge.scheduler")
+DRAINED = 2  # starforge.control.v1.FLEET_STATE_DRAINED
 
-WINDOW = 2000  # QUEUED jobs looked at per cycle
+PER_OWNER = 50  # QUEUED jobs per owner looked at per cycle
 LEASE_SECONDS = 60.0
 MAX_DISPATCH_TRIES = 8
 
@@ -46,7 +47,9 @@ class Claimed:
 
 
 def _candidates(s: Session, now: float) -> list[placement.Candidate]:
-    rows = s.execute(
+    """QUEUED jobs to consider: each owner's first PER_OWNER in their own order (so one user's
+    huge backlog never hides another user's job from the scheduler)."""
+    ranked = (
         select(
             m.Job.id,
             m.Job.owner,
@@ -55,15 +58,15 @@ def _candidates(s: Session, now: float) -> list[placement.Candidate]:
             m.Job.seq,
             m.Job.needs,
             m.Job.eligible_fleets,
+            func.row_number().over(partition_by=m.Job.owner, order_by=(m.Job.priority.desc(), m.Job.seq)).label("rank"),
         )
         .where(m.Job.state == sm.QUEUED, m.Job.not_before <= now)
-        .order_by(m.Job.priority.desc(), m.Job.seq)
-        .limit(WINDOW)
-    ).all()
+        .subquery()
+    )
+    rows = s.execute(select(ranked).where(ranked.c.rank <= PER_OWNER)).all()
     out = []
-    for job_id, owner, project, priority, seq, needs, eligible in rows:
+    for job_id, owner, project, priority, seq, needs, eligible, _rank in rows:
         n = json.loads(needs or "{}")
-        fleets = json.loads(eligible or "[]")
         out.append(
             placement.Candidate(
                 job_id=job_id,
@@ -73,18 +76,51 @@ def _candidates(s: Session, now: float) -> list[placement.Candidate]:
                 seq=seq,
                 needs=n.get("gpus", {}),
                 nodes=n.get("nodes", {}),
-                pinned_fleet=fleets[0] if len(fleets) == 1 else "",
+                fleets=tuple(json.loads(eligible or "[]")),
             )
         )
     return out
 
 
-def used_capacity(s: Session) -> dict[tuple[str, str], int]:
+def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str, str], int], placement.Usage]:
+    """Capacity held by active attempts: per (fleet, series), and per user/project for quotas;
+    plus each user's recent usage (GPU-seconds decayed with `half_life`) for fair share."""
     used: dict[tuple[str, str], int] = {}
-    for fleet, needs in s.execute(select(m.Attempt.fleet, m.Attempt.needs).where(m.Attempt.state.in_(sm.ACTIVE))):
-        for series, n in json.loads(needs or "{}").items():
-            used[(fleet, series)] = used.get((fleet, series), 0) + int(n)
-    return used
+    usage = placement.Usage()
+    rows = s.execute(
+        select(m.Attempt.fleet, m.Attempt.needs, m.Job.owner, m.Job.project)
+        .join(m.Job, m.Job.id == m.Attempt.job_id)
+        .where(m.Attempt.state.in_(sm.ACTIVE))
+    )
+    for fleet, needs, owner, project in rows:
+        n = {k: int(v) for k, v in json.loads(needs or "{}").items()}
+        for series, count in n.items():
+            used[(fleet, series)] = used.get((fleet, series), 0) + count
+        usage.add(owner, project, n)
+    now = time.time()
+    recent = s.execute(
+        select(m.Job.owner, m.Attempt.needs, m.Attempt.created_at, m.Attempt.ended_at)
+        .join(m.Job, m.Job.id == m.Attempt.job_id)
+        .where((m.Attempt.ended_at.is_(None)) | (m.Attempt.ended_at > now - 8 * half_life))
+    )
+    for owner, needs, created, ended in recent:
+        size = sum(int(v) for v in json.loads(needs or "{}").values())
+        end = ended if ended is not None else now
+        # at least one second per attempt: even a job that failed at once took its turn
+        usage.history[owner] += size * max(1.0, end - created) * 0.5 ** ((now - end) / half_life)
+    return used, usage
+
+
+def closed_fleets(s: Session, ctx: Context) -> dict[str, tuple[int, str]]:
+    """Fleets that take no new work now: drained, or outside their time window."""
+    out: dict[str, tuple[int, str]] = {}
+    drained = {r.name: r.reason for r in s.scalars(select(m.FleetState).where(m.FleetState.state == DRAINED))}
+    for f in ctx.cfg.fleets:
+        if f.name in drained:
+            out[f.name] = (st.WAIT_REASON_DRAIN, f"fleet {f.name} is drained ({drained[f.name] or 'maintenance'})")
+        elif not windows.is_open(f.window):
+            out[f.name] = (st.WAIT_REASON_WINDOW, f"fleet {f.name} runs jobs only {f.window}")
+    return out
 
 
 class Scheduler:
@@ -169,14 +205,15 @@ class Scheduler:
         unusable = {
             name: status.why_unusable() for name, status in self.ctx.executors.status.items() if status.why_unusable()
         }
-        caps = placement.capacities(self.ctx.cfg.fleets, used_capacity(s), unusable)
-        decision = placement.decide(candidates, caps)
+        used, usage = used_capacity(s, self.ctx.cfg.fair_share_half_life_seconds)
+        caps = placement.capacities(self.ctx.cfg.fleets, used, unusable, closed_fleets(s, self.ctx))
+        decision = placement.decide(candidates, caps, usage, self.ctx.cfg.quotas)
         claimed = []
         for job_id, fleet in decision.placed:
             c = self._claim(s, job_id, fleet, now)
             if c is not None:
                 claimed.append(c)
-        jobs.set_wait(s, decision.waiting)
+        jobs.set_wait(s, {j: (r, msg, decision.positions.get(j, 0)) for j, (r, msg) in decision.waiting.items()})
         return claimed
 
     async def tick(self) -> int:
@@ -293,9 +330,12 @@ class Scheduler:
 
 
 def queue_position(s: Session, job: m.Job) -> int:
-    """1-based position of a QUEUED job in dispatch order within its queue."""
+    """1-based position of a QUEUED job in dispatch order (the scheduler's, fair share included;
+    FIFO within priority for a job the scheduler has not ranked yet)."""
     if job.state != sm.QUEUED:
         return 0
+    if job.queue_position:
+        return job.queue_position
     ahead = s.scalar(
         select(func.count())
         .select_from(m.Job)

@@ -1,18 +1,24 @@
 """Placement: which QUEUED jobs start now, on which fleet, and why the others wait. Pure.
 
-Jobs are considered in dispatch order (see `order`); each takes the first eligible fleet with
-enough free capacity for all its pools at once (gang: all pools or none). A job that does not fit
-records why it waits; it does not block smaller jobs behind it (backfill).
+Order: higher priority first; inside a priority level, fair share — the user who holds the least
+capacity right now goes next (counting what this cycle already placed), then the one who used
+the least recently (decayed GPU-seconds, as Slurm's fair-share factor), FIFO inside a user. A user
+with 100 queued jobs therefore cannot starve a user with one. Each job takes the first
+eligible, open, undrained fleet with free capacity for all its pools at once (gang: all or
+nothing) within its owner's and project's quotas. A job that does not fit records why it waits
+and does not block smaller jobs behind it (backfill).
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from starforge.job.v1 import job_state_pb2 as st
 
-from control.config import FleetConfig
+from control.config import FleetConfig, QuotaConfig
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,7 @@ class Candidate:
     needs: dict[str, int]  # series -> GPUs (CPU series: slots, 1 per job)
     pinned_fleet: str = ""
     nodes: dict[str, int] = field(default_factory=dict)  # series -> nodes needed
+    fleets: tuple[str, ...] = ()  # fleets admission found able to run it (empty: any)
 
 
 @dataclass
@@ -34,21 +41,50 @@ class FleetCapacity:
     nodes: dict[str, int]
     usable: bool = True
     why_not: str = ""
+    wait_reason: int = st.WAIT_REASON_CAPACITY  # reason to report when this fleet is the blocker
+
+
+@dataclass
+class Usage:
+    """Capacity held by active attempts, per (user, series) and (project, series)."""
+
+    by_user: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    by_project: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    # Recent usage per user (GPU-seconds, decayed with a half-life): breaks ties between users
+    # holding the same capacity now, so whoever used less lately goes first.
+    history: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, owner: str, project: str, needs: dict[str, int]) -> None:
+        for s, n in needs.items():
+            self.by_user[(owner, s)] += n
+            self.by_project[(project, s)] += n
+
+    def total(self, owner: str) -> int:
+        return sum(n for (u, _), n in self.by_user.items() if u == owner)
 
 
 @dataclass(frozen=True)
 class Decision:
     placed: list[tuple[str, str]]  # (job_id, fleet)
     waiting: dict[str, tuple[int, str]]  # job_id -> (WaitReason, message)
+    positions: dict[str, int]  # job_id -> 1-based position among the waiting, in dispatch order
 
 
 UNLIMITED = 1 << 30
 
 
 def capacities(
-    fleets: Sequence[FleetConfig], used: dict[tuple[str, str], int], unusable: dict[str, str]
+    fleets: Sequence[FleetConfig],
+    used: dict[tuple[str, str], int],
+    unusable: dict[str, str],
+    closed: dict[str, tuple[int, str]] | None = None,
 ) -> list[FleetCapacity]:
-    """Free capacity per fleet from its inventory minus what active attempts use."""
+    """Free capacity per fleet from its inventory minus what active attempts use.
+
+    `unusable`: fleets whose executor cannot be used (message); `closed`: fleets outside their
+    window or drained ((WaitReason, message)).
+    """
+    closed = closed or {}
     out = []
     for f in fleets:
         free: dict[str, int] = {}
@@ -60,38 +96,98 @@ def capacities(
                 total = inv.slots * inv.nodes if inv.slots else UNLIMITED
             free[inv.series] = total - used.get((f.name, inv.series), 0)
             nodes[inv.series] = inv.nodes
-        out.append(FleetCapacity(f.name, free, nodes, f.name not in unusable, unusable.get(f.name, "")))
+        cap = FleetCapacity(f.name, free, nodes)
+        if f.name in closed:
+            cap.usable, (cap.wait_reason, cap.why_not) = False, closed[f.name]
+        elif f.name in unusable:
+            cap.usable, cap.why_not = False, unusable[f.name]
+        out.append(cap)
     return out
 
 
-def decide(candidates: Iterable[Candidate], fleets: list[FleetCapacity]) -> Decision:
+def _quota_block(c: Candidate, usage: Usage, quotas: Sequence[QuotaConfig]) -> str:
+    for q in quotas:
+        n = c.needs.get(q.series)
+        if not n:
+            continue
+        if q.user in ("*", c.owner):
+            held = usage.by_user[(c.owner, q.series)]
+            if held + n > q.gpus:
+                return f"quota: @{c.owner} uses {held} of {q.gpus} {q.series} GPUs; this job needs {n}"
+        if q.project in ("*", c.project):
+            held = usage.by_project[(c.project, q.series)]
+            if held + n > q.gpus:
+                return f"quota: project {c.project} uses {held} of {q.gpus} {q.series} GPUs; this job needs {n}"
+    return ""
+
+
+def _fair_order(candidates: Iterable[Candidate], usage: Usage) -> Iterable[Candidate]:
+    """Yield candidates by priority, then least-served owner, then FIFO; usage is read live."""
+    by_level: dict[int, dict[str, list[Candidate]]] = defaultdict(lambda: defaultdict(list))
+    for c in candidates:
+        by_level[c.priority][c.owner].append(c)
+    for level in sorted(by_level, reverse=True):
+        queues = {owner: sorted(cs, key=lambda c: c.seq, reverse=True) for owner, cs in by_level[level].items()}
+        heap = [(usage.total(o), usage.history[o], q[-1].seq, o) for o, q in queues.items()]
+        heapq.heapify(heap)
+        while heap:
+            *_, owner = heapq.heappop(heap)
+            q = queues[owner]
+            yield q.pop()
+            if q:
+                heapq.heappush(heap, (usage.total(owner), usage.history[owner], q[-1].seq, owner))
+
+
+def decide(
+    candidates: Iterable[Candidate],
+    fleets: list[FleetCapacity],
+    usage: Usage | None = None,
+    quotas: Sequence[QuotaConfig] = (),
+) -> Decision:
+    usage = usage or Usage()
     placed: list[tuple[str, str]] = []
     waiting: dict[str, tuple[int, str]] = {}
-    for c in candidates:
+    positions: dict[str, int] = {}
+    for c in _fair_order(candidates, usage):
+        blocked = _quota_block(c, usage, quotas)
+        if blocked:
+            waiting[c.job_id] = (st.WAIT_REASON_QUOTA, blocked)
+            positions[c.job_id] = len(positions) + 1
+            continue
         chosen = None
-        reasons = []
+        reasons: list[tuple[int, str]] = []
         for f in fleets:
-            if c.pinned_fleet and f.name != c.pinned_fleet:
+            if (c.pinned_fleet and f.name != c.pinned_fleet) or (c.fleets and f.name not in c.fleets):
                 continue
             if not all(series in f.free for series in c.needs):
                 continue
             if any(c.nodes.get(s, 1) > f.nodes.get(s, 0) for s in c.needs):
                 continue
             if not f.usable:
-                reasons.append(f.why_not)
+                reasons.append((f.wait_reason, f.why_not))
                 continue
             short = [s for s, n in c.needs.items() if f.free[s] < n]
             if short:
                 s = short[0]
-                reasons.append(f"fleet {f.name} has {max(f.free[s], 0)} free {s} of the {c.needs[s]} needed")
+                reasons.append(
+                    (
+                        st.WAIT_REASON_CAPACITY,
+                        f"fleet {f.name} has {max(f.free[s], 0)} free {s} of the {c.needs[s]} needed",
+                    )
+                )
                 continue
             chosen = f
             break
         if chosen is None:
-            msg = "; ".join(reasons) or "no fleet has the machines this job needs"
-            waiting[c.job_id] = (st.WAIT_REASON_CAPACITY, f"capacity: {msg}")
+            reason = next((r for r, _ in reasons if r != st.WAIT_REASON_CAPACITY), st.WAIT_REASON_CAPACITY)
+            labels: dict[int, str] = {st.WAIT_REASON_WINDOW: "window", st.WAIT_REASON_DRAIN: "drain"}
+            label = labels.get(reason, "capacity")
+            msg = "; ".join(m for _, m in reasons) or "no fleet has the machines this job needs"
+            waiting[c.job_id] = (reason, f"{label}: {msg}")
+            positions[c.job_id] = len(positions) + 1
             continue
         for s, n in c.needs.items():
             chosen.free[s] -= n
+        usage.add(c.owner, c.project, c.needs)
         placed.append((c.job_id, chosen.name))
-    return Decision(placed, waiting)
+    return Decision(placed, waiting, positions)

@@ -28,9 +28,9 @@ from common import errors
 from control import nodes
 from control.context import Context
 from control.db import models as m
-from control.ledger import jobs, outcomes
+from control.ledger import jobs, outcomes, platform
 from control.ledger import state_machine as sm
-from control.scheduler.dispatch import Scheduler, take_lease
+from control.scheduler.dispatch import Scheduler, closed_fleets, take_lease
 from control.telemetry import ingest
 
 log = logging.getLogger("starforge.reconcile")
@@ -70,6 +70,7 @@ class Reconciler:
         lost = await self.ctx.db.run(lambda s: nodes.mark_lost(s, self.ctx.cfg.node_timeout_seconds))
         for t in lost:
             self.ctx.notifier.notify(t.job_id, "schedule")
+        await self._platform_stops()
         await self._stop_requested()
         await self._cleanup()
 
@@ -165,6 +166,19 @@ class Reconciler:
         if got is not None:
             log.info("re-sending launch of %s to fleet %s", attempt_id, fleet)
             await self.scheduler.launch(attempt_id, got[0], fleet, got[1])
+
+    async def _platform_stops(self) -> None:
+        """Windows and drains: stop or pause what runs on closed fleets, requeue what may run again."""
+
+        def apply(s: Session) -> tuple[list[tuple[str, str]], list[str]]:
+            closed = closed_fleets(s, self.ctx)
+            return platform.request_stops(s, closed), platform.requeue(s, closed)
+
+        stops, requeued = await self.ctx.db.run(apply)
+        for attempt_id, fleet in stops:
+            self.scheduler.spawn(self.stop_attempt(attempt_id, fleet))
+        if requeued:
+            self.ctx.notifier.notify("schedule", *requeued)
 
     async def _stop_requested(self) -> None:
         rows = await self.ctx.db.run(_stop_targets)

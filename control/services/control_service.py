@@ -70,11 +70,14 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
             request.tail_lines,
             request.follow,
             request.attempt_number,
+            (request.after_attempt_number, request.after_offset) if request.after_attempt_number > 0 else None,
         ):
             yield pb.StreamJobLogsResponse(lines=lines, final_state=final)  # type: ignore[arg-type]
 
     async def WatchJob(self, request: pb.WatchJobRequest, context: Any) -> AsyncIterator[pb.WatchJobResponse]:
-        async for event, job in self.api.watch(auth.current(), _require(request.job_id, "job_id")):
+        async for event, job in self.api.watch(
+            auth.current(), _require(request.job_id, "job_id"), request.after_sequence
+        ):
             yield pb.WatchJobResponse(event=event, job=job)
 
     async def GetJobMetrics(self, request: pb.GetJobMetricsRequest, context: Any) -> pb.GetJobMetricsResponse:

@@ -12,7 +12,7 @@ from starforge.control.v1 import fleet_service_pb2 as pb
 from starforge.control.v1 import fleet_service_pb2_grpc as pb_grpc
 from starforge.executor.v1 import executor_service_pb2 as ex
 
-from common import errors
+from control import auth, fleets, windows
 from control.context import Context
 from control.db import models as m
 from control.ledger import state_machine as sm
@@ -61,15 +61,18 @@ class FleetServicer(pb_grpc.FleetServiceServicer):
 
     async def ListFleets(self, request: pb.ListFleetsRequest, context: Any) -> pb.ListFleetsResponse:
         used, running, depth = await self.ctx.db.run(_usage)
-        fleets = []
+        fleet_states = await self.ctx.db.run(fleets.states)
+        out = []
         for f in self.ctx.cfg.fleets:
             st = self.ctx.executors.status[f.name]
-            fleets.append(
+            out.append(
                 pb.Fleet(
                     name=f.name,
                     kind=f.kind,
                     executor_address=f.address,
-                    state=pb.FLEET_STATE_ACTIVE,
+                    state=fleet_states.get(f.name, pb.FLEET_STATE_ACTIVE)  # type: ignore[arg-type]
+                    if fleet_states.get(f.name) == pb.FLEET_STATE_DRAINED
+                    else (pb.FLEET_STATE_ACTIVE if windows.is_open(f.window) else pb.FLEET_STATE_CLOSED),
                     capacity=[
                         pb.SeriesCapacity(
                             series=i.series,
@@ -84,16 +87,20 @@ class FleetServicer(pb_grpc.FleetServiceServicer):
                     running_jobs=running.get(f.name, 0),
                 )
             )
-        return pb.ListFleetsResponse(fleets=fleets, queue_depth=depth)
+        return pb.ListFleetsResponse(fleets=out, queue_depth=depth)
+
+    async def _fleet(self, name: str) -> pb.Fleet:
+        r = await self.ListFleets(pb.ListFleetsRequest(), None)
+        return next(f for f in r.fleets if f.name == name)
 
     async def DrainFleet(self, request: pb.DrainFleetRequest, context: Any) -> pb.DrainFleetResponse:
-        raise errors.StarforgeError("fleet drains are not available on this console yet", code=_unimplemented())
+        p = auth.current()
+        job_ids = await self.ctx.db.run(lambda s: fleets.drain(s, p, self.ctx.cfg, request.fleet, request.reason))
+        self.ctx.notifier.notify("reconcile", "schedule")
+        return pb.DrainFleetResponse(fleet=await self._fleet(request.fleet), paused_job_ids=job_ids)
 
     async def UndrainFleet(self, request: pb.UndrainFleetRequest, context: Any) -> pb.UndrainFleetResponse:
-        raise errors.StarforgeError("fleet drains are not available on this console yet", code=_unimplemented())
-
-
-def _unimplemented() -> Any:
-    import grpc
-
-    return grpc.StatusCode.UNIMPLEMENTED
+        p = auth.current()
+        await self.ctx.db.run(lambda s: fleets.undrain(s, p, self.ctx.cfg, request.fleet))
+        self.ctx.notifier.notify("reconcile", "schedule")
+        return pb.UndrainFleetResponse(fleet=await self._fleet(request.fleet))

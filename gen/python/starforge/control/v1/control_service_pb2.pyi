@@ -120,16 +120,20 @@ class RetryJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class StreamJobLogsRequest(_message.Message):
-    __slots__ = ("job_id", "tail_lines", "follow", "attempt_number")
+    __slots__ = ("job_id", "tail_lines", "follow", "attempt_number", "after_attempt_number", "after_offset")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    AFTER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tail_lines: int
     follow: bool
     attempt_number: int
-    def __init__(self, job_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., attempt_number: _Optional[int] = ...) -> None: ...
+    after_attempt_number: int
+    after_offset: int
+    def __init__(self, job_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., attempt_number: _Optional[int] = ..., after_attempt_number: _Optional[int] = ..., after_offset: _Optional[int] = ...) -> None: ...
 
 class StreamJobLogsResponse(_message.Message):
     __slots__ = ("lines", "final_state")
@@ -140,10 +144,12 @@ class StreamJobLogsResponse(_message.Message):
     def __init__(self, lines: _Optional[_Iterable[_Union[_telemetry_pb2.LogLine, _Mapping]]] = ..., final_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "after_sequence")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    after_sequence: int
+    def __init__(self, job_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
 
 class WatchJobResponse(_message.Message):
     __slots__ = ("event", "job")

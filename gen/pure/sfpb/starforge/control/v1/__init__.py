@@ -1297,6 +1297,18 @@ class StreamJobLogsRequest(betterproto2.Message):
     Only this attempt number; 0 for all attempts.
     """
 
+    after_attempt_number: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    Resume after the line (after_attempt_number, after_offset): a follower that reconnects passes
+    the last line it printed and gets exactly the lines after it; tail_lines is then ignored.
+    0 (attempt numbers start at 1) means no cursor.
+    """
+
+    after_offset: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Offset of that line within its attempt (used when after_attempt_number > 0).
+    """
+
 
 default_message_pool.register_message("starforge.control.v1", "StreamJobLogsRequest", StreamJobLogsRequest)
 
@@ -1548,6 +1560,11 @@ class WatchJobRequest(betterproto2.Message):
     job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
     Job id, or "latest".
+    """
+
+    after_sequence: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    Only events with a sequence number greater than this (resume after a reconnect).
     """
 
 

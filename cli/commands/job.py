@@ -1,0 +1,276 @@
+"""`sf job ...`: list, inspect, follow and control jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, cast
+
+import typer
+from starforge.control.v1 import control_service_pb2
+from starforge.job.v1 import job_pb2, job_state_pb2
+
+from cli import render
+from cli.client import Client
+from cli.commands.common import OutputOpt
+from cli.context import app_state
+from cli.errors import usage
+from cli.follow import exit_code_for, follow_logs, resolve_job_id, state_name, watch_job
+from cli.output import Output, message_to_dict
+
+app = typer.Typer(
+    help="List, inspect, follow and control jobs. Example: `sf job ls --state running`.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+JobIdArg = Annotated[str, typer.Argument(help="Job id, or `latest` for your newest job.", metavar="JOB_ID")]
+
+
+def parse_states(values: list[str]) -> list[job_state_pb2.JobState]:
+    """`--state running` (any case, repeatable) → JobState values."""
+    valid = [
+        n.removeprefix("JOB_STATE_").lower()
+        for n in job_state_pb2.JobState.keys()  # noqa: SIM118 - EnumTypeWrapper has no __iter__ of names
+        if not n.endswith("UNSPECIFIED")
+    ]
+    states = []
+    for v in values:
+        for item in v.split(","):
+            name = item.strip().lower()
+            if name not in valid:
+                raise usage(f"--state {item!r}: unknown state; use one of {', '.join(valid)}")
+            states.append(cast(job_state_pb2.JobState, job_state_pb2.JobState.Value("JOB_STATE_" + name.upper())))
+    return states
+
+
+def list_jobs(
+    client: Client, *, all_users: bool, states: list[job_state_pb2.JobState], project: str, experiment: str, limit: int
+) -> list[job_pb2.Job]:
+    """Jobs newest first, following pages up to `limit`."""
+    jobs: list[job_pb2.Job] = []
+    token = ""
+    while len(jobs) < limit:
+        req = control_service_pb2.ListJobsRequest(
+            project=project,
+            owner="*" if all_users else "",
+            states=states,
+            experiment=experiment,
+            page_size=min(limit - len(jobs), 1000),
+            page_token=token,
+        )
+        resp = client.call(client.control.ListJobs, req)
+        jobs.extend(resp.jobs)
+        token = resp.next_page_token
+        if not token or not resp.jobs:
+            break
+    return jobs[:limit]
+
+
+@app.command("ls")
+def ls_cmd(
+    ctx: typer.Context,
+    all_users: Annotated[bool, typer.Option("--all", "-a", help="Jobs of every user (admins).")] = False,
+    state: Annotated[list[str] | None, typer.Option("--state", help="Only jobs in this state (repeat).")] = None,
+    project: Annotated[str, typer.Option("--project", help='Only this project ("@alice/lab").')] = "",
+    experiment: Annotated[str, typer.Option("--experiment", help="Only this experiment.")] = "",
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many jobs.", min=1)] = 50,
+    output: OutputOpt = None,
+) -> None:
+    """List your jobs, newest first: state, why queued jobs wait, age, attempts.
+
+    Example: `sf job ls --state queued --state running`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    client = st.client()
+    jobs = list_jobs(
+        client,
+        all_users=all_users,
+        states=parse_states(state or []),
+        project=project,
+        experiment=experiment,
+        limit=limit,
+    )
+    if out.json:
+        out.data({"jobs": [message_to_dict(j) for j in jobs]})
+    elif not jobs:
+        out.info("no jobs")
+    else:
+        out.show(render.jobs_table(jobs))
+
+
+@app.command("status")
+def status_cmd(ctx: typer.Context, job_id: JobIdArg = "latest", output: OutputOpt = None) -> None:
+    """Show one job: state, wait reason, diagnosis, exit code, every attempt, provenance.
+
+    Example: `sf job status latest`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    job = resolve_job_id(st.client(), job_id)
+    if out.json:
+        out.data({"job": message_to_dict(job)})
+    else:
+        out.show(render.job_panel(job))
+
+
+@app.command("logs")
+def logs_cmd(
+    ctx: typer.Context,
+    job_id: JobIdArg = "latest",
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    lines: Annotated[
+        int | None,
+        typer.Option(
+            "--lines", "-n", help="Last N lines first (0 = full history; default: all, or 100 with -f).", min=0
+        ),
+    ] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Print a job's log lines (stdout, stderr and platform lines), raw, in order.
+
+    With -f it follows across console restarts and exits 0 only if the job SUCCEEDED.
+
+    Example: `sf job logs j0abc123 -f`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    client = st.client()
+    job = resolve_job_id(client, job_id)
+    tail = lines if lines is not None else (100 if follow else 0)
+    final = follow_logs(client, job.job_id, out, tail=tail, follow=follow)
+    if follow and final is not None:
+        out.info(f"job {job.job_id} ended {state_name(final)}")
+        code = exit_code_for(final)
+        if code:
+            raise typer.Exit(code)
+
+
+def _control(
+    ctx: typer.Context,
+    job_id: str,
+    output: Any,
+    rpc: Callable[[Client], Any],
+    make: Callable[[str], Any],
+    verb: str,
+) -> None:
+    st = app_state(ctx)
+    out: Output = st.output(output)
+    client = st.client()
+    if job_id == "latest":  # the control RPCs take ids only; resolve it like status does
+        job_id = resolve_job_id(client, job_id).job_id
+    job = client.call(rpc(client), make(job_id)).job
+    if out.json:
+        out.data({"job": message_to_dict(job)})
+        return
+    out.success(f"{verb} {job.job_id}: now {state_name(job.state)}")
+
+
+@app.command("stop")
+def stop_cmd(
+    ctx: typer.Context,
+    job_id: JobIdArg,
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded on the attempt).")] = "",
+    output: OutputOpt = None,
+) -> None:
+    """Stop a job: a queued one at once, a running one on its backend. Example: `sf job stop j0abc123`"""
+    _control(
+        ctx,
+        job_id,
+        output,
+        lambda c: c.control.StopJob,
+        lambda j: control_service_pb2.StopJobRequest(job_id=j, reason=reason),
+        "stopping",
+    )
+
+
+@app.command("pause")
+def pause_cmd(
+    ctx: typer.Context,
+    job_id: JobIdArg,
+    reason: Annotated[str, typer.Option("--reason", help="Why.")] = "",
+    output: OutputOpt = None,
+) -> None:
+    """Pause a running job: GPUs are released, its checkpoint kept. Example: `sf job pause j0abc123`"""
+    _control(
+        ctx,
+        job_id,
+        output,
+        lambda c: c.control.PauseJob,
+        lambda j: control_service_pb2.PauseJobRequest(job_id=j, reason=reason),
+        "pausing",
+    )
+
+
+@app.command("resume")
+def resume_cmd(ctx: typer.Context, job_id: JobIdArg, output: OutputOpt = None) -> None:
+    """Queue a paused or stopped job again, from its latest checkpoint. Example: `sf job resume j0abc123`"""
+    _control(
+        ctx,
+        job_id,
+        output,
+        lambda c: c.control.ResumeJob,
+        lambda j: control_service_pb2.ResumeJobRequest(job_id=j),
+        "resumed",
+    )
+
+
+@app.command("retry")
+def retry_cmd(ctx: typer.Context, job_id: JobIdArg, output: OutputOpt = None) -> None:
+    """Queue a failed job again as a new attempt of the same run. Example: `sf job retry j0abc123`"""
+    _control(
+        ctx,
+        job_id,
+        output,
+        lambda c: c.control.RetryJob,
+        lambda j: control_service_pb2.RetryJobRequest(job_id=j),
+        "retrying",
+    )
+
+
+@app.command("watch")
+def watch_cmd(ctx: typer.Context, job_id: JobIdArg = "latest", output: OutputOpt = None) -> None:
+    """Print a job's state transitions until it ends; exit 0 only if it SUCCEEDED.
+
+    Example: `sf job watch latest`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    client = st.client()
+    job = resolve_job_id(client, job_id)
+    final = watch_job(client, job.job_id, out)
+    code = exit_code_for(final)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("metrics")
+def metrics_cmd(
+    ctx: typer.Context,
+    job_id: JobIdArg = "latest",
+    name: Annotated[list[str] | None, typer.Option("--name", help="Only this metric (repeat).")] = None,
+    points: Annotated[bool, typer.Option("--points", help="With -o json: include every point.")] = False,
+    output: OutputOpt = None,
+) -> None:
+    """Show a job's metrics: latest value, min, max and a sparkline per series.
+
+    Example: `sf job metrics latest --name loss`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    client = st.client()
+    resp = client.call(
+        client.control.GetJobMetrics, control_service_pb2.GetJobMetricsRequest(job_id=job_id, names=name or [])
+    )
+    if out.json:
+        series = []
+        for s in resp.series:
+            item = render.series_summary(s)
+            if points:
+                item["data"] = [message_to_dict(p) for p in s.points]
+            series.append(item)
+        out.data({"job_id": job_id, "series": series})
+    elif not resp.series:
+        out.info("no metrics reported (yet)")
+    else:
+        out.show(render.metrics_table(resp.series))

@@ -1,0 +1,229 @@
+"""`sf submit`: validate locally, pack the lab from git, upload, submit, optionally follow.
+
+The order is chosen so that the cheapest refusal comes first: flags, then experiment files,
+then the token, then packing (git, secrets), and only then the network.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import typer
+from starforge.catalog.v1 import catalog_service_pb2
+from starforge.control.v1 import control_service_pb2
+from starforge.job.v1 import job_spec_pb2
+
+from cli import spec as specmod
+from cli import templates
+from cli.commands.common import OutputOpt
+from cli.context import AppState, app_state
+from cli.errors import usage
+from cli.follow import exit_code_for, follow_logs, state_name
+from cli.output import Output, message_to_dict
+from cli.pack import pack_lab
+from cli.upload import upload_files
+
+
+def _parse_pairs(values: list[str], flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key:
+            raise usage(f"{flag} {v!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _upgrade_lock(
+    state: AppState, files: specmod.ExperimentFiles, framework_version: str, out: Output
+) -> job_spec_pb2.RecipeLock:
+    """Resolve the latest lock and rewrite recipe.lock.json (after packing: the tree stays clean)."""
+    client = state.client()
+    old = files.lock
+    lock: job_spec_pb2.RecipeLock = client.call(
+        client.catalog.ResolveLock,
+        catalog_service_pb2.ResolveLockRequest(
+            method=old.method, framework_version=framework_version or old.framework_version
+        ),
+    ).lock
+    files.experiment.lock_path.write_text(templates.lock_json(lock), encoding="utf-8")
+    if lock.digest != old.digest or lock.framework_version != old.framework_version:
+        out.warn(
+            f"{files.experiment.rel(files.experiment.lock_path)} upgraded "
+            f"({old.version} → {lock.version}, framework {old.framework_version} → {lock.framework_version}); "
+            "commit it so the next run is traceable"
+        )
+    return lock
+
+
+def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output) -> int:
+    """Run the whole submit flow; returns the exit code (non-zero only with --follow)."""
+    pools, overrides = specmod.check_options(opts)
+    lab = state.lab()
+    files = specmod.read_experiment(lab, opts)
+    specmod.observability(files.config, opts.observability_url, validate=opts.validate)
+    state.require_token()  # no token: refuse before packing
+    pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty)
+    client = state.client()  # after packing: no gRPC threads alive while git is forked
+    for warning in pack.warnings:
+        out.warn(warning)
+    if opts.validate:
+        specmod.check_workspace_paths(pack, opts)
+    stats = upload_files(client, pack.files, out)
+    out.info(stats.summary())
+    if opts.upgrade_recipe:
+        files.lock = _upgrade_lock(state, files, opts.framework_version, out)
+    spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides)
+    request = control_service_pb2.SubmitJobRequest(spec=spec, request_id=str(uuid.uuid4()), dry_run=opts.dry_run)
+    resp = client.call(client.control.SubmitJob, request)
+    job = resp.job
+    if out.json:
+        doc: dict[str, Any] = {
+            "job": message_to_dict(job),
+            "warnings": list(resp.warnings),
+            "dry_run": opts.dry_run,
+            "upload": {
+                "files_uploaded": stats.files_uploaded,
+                "bytes_uploaded": stats.bytes_uploaded,
+                "files_unchanged": stats.files_unchanged,
+            },
+            "workspace_digest": spec.workspace.digest,
+        }
+        if opts.follow and not opts.dry_run:
+            out.json_line(doc)
+        else:
+            out.data(doc)
+    else:
+        for warning in resp.warnings:
+            out.warn(warning)
+        _print_submitted(out, job, opts)
+    if not opts.follow or opts.dry_run:
+        return 0
+    final = follow_logs(client, job.job_id, out, tail=0, follow=True)
+    if final is not None:
+        out.info(f"job {job.job_id} ended {state_name(final)}")
+    return exit_code_for(final)
+
+
+def _print_submitted(out: Output, job: Any, opts: specmod.SubmitOptions) -> None:
+    if opts.dry_run:
+        out.line("dry run: the console accepted the job; nothing was queued")
+        pools = ", ".join(f"{p.name or 'main'}={p.series}:{p.nodes}x{p.gpus_per_node}" for p in job.pools)
+        if pools:
+            out.line(f"pools: {pools}")
+        if job.image:
+            out.line(f"image: {job.image}")
+        return
+    line = f"submitted job {job.job_id} ({job.experiment}, {job.method}): {state_name(job.state)}"
+    if job.HasField("wait") and job.wait.message:
+        position = f", #{job.wait.queue_position} in queue" if job.wait.queue_position else ""
+        line += f" (waiting: {job.wait.message}{position})"
+    out.line(line)
+    if not opts.follow:
+        out.info(f"next: `sf job logs {job.job_id} -f`  ·  `sf job status {job.job_id}`")
+
+
+ProfileOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--profile", "-p", help="Hardware: SERIES[:GPUS], or NAME=SERIES[:GPUS] per pool (repeat).", metavar="PROFILE"
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", "-s", help="Override a config key for this run, KEY=VALUE (repeat; order kept).", metavar="K=V"
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add `submit` to the root app."""
+
+    @app.command("submit")
+    def submit_cmd(
+        ctx: typer.Context,
+        experiment: Annotated[str, typer.Argument(help="Experiment name (experiments/<name>/).")],
+        profile: ProfileOpt = None,
+        overrides: SetOpt = None,
+        model: Annotated[str, typer.Option("--model", help="HuggingFace id or lab path of the model.")] = "",
+        train_data: Annotated[
+            str, typer.Option("--train-data", help="Training data: lab path (or path inside --train-dataset).")
+        ] = "",
+        validation_data: Annotated[str, typer.Option("--validation-data", help="Validation data: lab path.")] = "",
+        train_dataset: Annotated[
+            str, typer.Option("--train-dataset", help="Platform dataset OWNER/NAME[@VERSION] for training.")
+        ] = "",
+        image: Annotated[str, typer.Option("--image", help="Image to run (wins over config.yaml `image`).")] = "",
+        framework_version: Annotated[
+            str, typer.Option("--framework-version", help="Framework version (default: recipe.lock.json's).")
+        ] = "",
+        upgrade_recipe: Annotated[
+            bool, typer.Option("--upgrade-recipe", help="Rewrite recipe.lock.json to the console's latest and use it.")
+        ] = False,
+        observability_url: Annotated[
+            str, typer.Option("--observability-url", help="External tracker URL (W&B, MLflow): external observability.")
+        ] = "",
+        then: Annotated[
+            list[str] | None, typer.Option("--then", help="Stage to run after training succeeds (repeat).")
+        ] = None,
+        retries: Annotated[
+            int | None, typer.Option("--retries", help="Automatic retries for infra failures (default: server's).")
+        ] = None,
+        priority: Annotated[int, typer.Option("--priority", help="Queue priority, -100..100; higher first.")] = 0,
+        queue: Annotated[str, typer.Option("--queue", help="Queue (default: the server's).")] = "",
+        fleet: Annotated[str, typer.Option("--fleet", help="Pin to one fleet.")] = "",
+        label: Annotated[list[str] | None, typer.Option("--label", help="Label KEY=VALUE (repeat).")] = None,
+        env: Annotated[
+            list[str] | None, typer.Option("--env", help="Environment KEY=VALUE for training (never secrets).")
+        ] = None,
+        allow_dirty: Annotated[
+            bool, typer.Option("--allow-dirty", help="Submit with uncommitted changes (recorded as dirty).")
+        ] = False,
+        no_validate: Annotated[
+            bool, typer.Option("--no-validate", help="Skip local checks the console repeats anyway.")
+        ] = False,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Let the console validate and resolve the job without queueing it.")
+        ] = False,
+        follow: Annotated[
+            bool, typer.Option("--follow", "-f", help="Follow the logs; exit 0 only if the job SUCCEEDED.")
+        ] = False,
+        output: OutputOpt = None,
+    ) -> None:
+        """Submit an experiment as a job: validate, pack the lab from git, upload, queue.
+
+        Only committed files are packed (plus `package.include`); a dirty tree needs --allow-dirty.
+
+        Example: `sf submit my-grpo --profile h200:8 -s grpo.kl_coef=0.05 -f`
+        """
+        state = app_state(ctx)
+        out = state.output(output)
+        opts = specmod.SubmitOptions(
+            experiment=experiment,
+            profiles=profile or [],
+            overrides=overrides or [],
+            model=model,
+            train_data=train_data,
+            validation_data=validation_data,
+            train_dataset=train_dataset,
+            image=image,
+            framework_version=framework_version,
+            observability_url=observability_url,
+            then=then or [],
+            retries=retries,
+            priority=priority,
+            queue=queue,
+            fleet=fleet,
+            allow_dirty=allow_dirty,
+            validate=not no_validate,
+            dry_run=dry_run,
+            upgrade_recipe=upgrade_recipe,
+            follow=follow,
+            labels=_parse_pairs(label or [], "--label"),
+            env=_parse_pairs(env or [], "--env"),
+        )
+        code = submit_experiment(state, opts, out)
+        if code:
+            raise typer.Exit(code)

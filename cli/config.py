@@ -1,0 +1,133 @@
+"""The client config: which console `sf` talks to and the personal access token it sends.
+
+Lookup order (later wins): the file, then `STARFORGE_CONSOLE` / `STARFORGE_TOKEN`, then the
+global `--console` option. The file is `$STARFORGE_CLIENT_CONFIG`, else
+`$XDG_CONFIG_HOME/starforge/config.yaml`, else `~/.config/starforge/config.yaml`. It holds a
+secret, so it is written with mode 0600 (atomically, so a crash never leaves half a token).
+The environment is a parameter so tests never touch os.environ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import yaml
+
+from cli.errors import usage
+
+DEFAULT_CONSOLE = "127.0.0.1:7070"  # where `sf up` listens by default
+KEYS = ("console", "token")
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """The effective settings and where they came from (for messages)."""
+
+    console: str
+    token: str | None
+    path: pathlib.Path
+    console_from: str  # "file", "env", "flag" or "default"
+    file_console: str | None = None
+    file_token: str | None = None
+
+
+def config_path(env: Mapping[str, str]) -> pathlib.Path:
+    """Where the client config file lives for this environment."""
+    explicit = env.get("STARFORGE_CLIENT_CONFIG")
+    if explicit:
+        return pathlib.Path(explicit).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(pathlib.Path(env.get("HOME", "~")) / ".config")
+    return pathlib.Path(base).expanduser() / "starforge" / "config.yaml"
+
+
+def read_file(path: pathlib.Path) -> dict[str, str]:
+    """The file's settings ({} when it does not exist); a malformed file is a usage error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise usage(f"cannot read the client config {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise usage(f"{where}: the client config is not valid YAML", hint="fix it or run `sf login`") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise usage(f"{path}: the client config must be a mapping with keys {', '.join(KEYS)}")
+    unknown = sorted(str(k) for k in data if k not in KEYS)
+    if unknown:
+        raise usage(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(KEYS)}")
+    out: dict[str, str] = {}
+    for key in KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise usage(f"{path}: `{key}` must be a string")
+        out[key] = value
+    return out
+
+
+def load(env: Mapping[str, str], console_flag: str | None = None) -> ClientConfig:
+    """Merge file, environment and flag into the effective config."""
+    path = config_path(env)
+    file = read_file(path)
+    console, source = file.get("console"), "file"
+    if env.get("STARFORGE_CONSOLE"):
+        console, source = env["STARFORGE_CONSOLE"], "env"
+    if console_flag:
+        console, source = console_flag, "flag"
+    if not console:
+        console, source = DEFAULT_CONSOLE, "default"
+    token = env.get("STARFORGE_TOKEN") or file.get("token")
+    return ClientConfig(
+        console=normalize_address(console),
+        token=token or None,
+        path=path,
+        console_from=source,
+        file_console=file.get("console"),
+        file_token=file.get("token"),
+    )
+
+
+def normalize_address(address: str) -> str:
+    """Accept "host:port", "grpc://host:port" or a bare "host" (port 7070)."""
+    value = address.strip()
+    for scheme in ("grpc://", "http://"):
+        if value.startswith(scheme):
+            value = value[len(scheme) :]
+    value = value.rstrip("/")
+    if not value:
+        raise usage("the console address is empty; use HOST:PORT, e.g. 127.0.0.1:7070")
+    if value.startswith("["):  # [::1]:7070
+        return value if "]:" in value else f"{value}:7070"
+    if ":" not in value:
+        return f"{value}:7070"
+    return value
+
+
+def save(path: pathlib.Path, *, console: str | None, token: str | None) -> None:
+    """Write the file with mode 0600, replacing it atomically; None values are left out."""
+    data = {k: v for k, v in (("console", console), ("token", token)) if v}
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = "# StarForge client config (written by sf); holds a personal access token.\n"
+    text += yaml.safe_dump(data, sort_keys=False) if data else ""
+    fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)  # mkstemp creates it 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,181 @@
+"""Every way `sf` can fail, as one exception type with an exit code.
+
+Commands raise `CliError` (or let a `grpc.RpcError` escape from `cli.client`, which converts it
+here); `cli.main` prints it once (`cli.output.print_error`) and exits with its code. Nothing else
+prints errors, so a failure is always one message on stderr and never a traceback.
+
+Exit codes are part of the interface (scripts switch on them):
+
+    0  success
+    1  anything else (server error, job ended without SUCCEEDED, unexpected bug)
+    2  bad usage or local validation (nothing was sent)
+    3  the console refused the request (INVALID_ARGUMENT, FAILED_PRECONDITION, NOT_FOUND,
+       PERMISSION_DENIED, ALREADY_EXISTS)
+    4  the console rejected the token (UNAUTHENTICATED) or there is none
+    5  the console cannot be reached
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from common import errors as common_errors
+from common.rpc_status import from_rpc_error
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_AUTH = 4
+EXIT_UNREACHABLE = 5
+EXIT_INTERRUPTED = 130
+
+_REFUSALS = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.ALREADY_EXISTS,
+}
+
+
+@dataclass
+class CliError(Exception):
+    """A failure to report: one sentence (with the fix), optional bullet lines, an exit code.
+
+    `code` is the gRPC status name for server errors and "LOCAL" / "USAGE" otherwise; `reason`
+    is the StarForge ErrorReason name when the server sent one. Both go into `--output json`.
+    """
+
+    message: str
+    exit_code: int = EXIT_FAILURE
+    details: list[str] = field(default_factory=list)
+    hint: str | None = None
+    code: str = "LOCAL"
+    reason: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_json(self) -> dict[str, Any]:
+        """The `{"error": {...}}` object printed on stderr in JSON mode."""
+        body: dict[str, Any] = {"message": self.message, "code": self.code, "exit_code": self.exit_code}
+        if self.reason:
+            body["reason"] = self.reason
+        if self.details:
+            body["details"] = list(self.details)
+        if self.hint:
+            body["hint"] = self.hint
+        body.update(self.data)
+        return {"error": body}
+
+
+def usage(message: str, *, details: list[str] | None = None, hint: str | None = None) -> CliError:
+    """A local validation or usage failure (exit 2): nothing was sent to the console."""
+    return CliError(message, EXIT_USAGE, details or [], hint, code="USAGE")
+
+
+def _is_transport_error(err: grpc.RpcError) -> bool:
+    """True when no server produced this status (no google.rpc details in the trailers).
+
+    A StarForge server always attaches `grpc-status-details-bin` (ErrorInfo at least), so an
+    UNAVAILABLE without it comes from the client's own transport: the console is unreachable.
+    """
+    trailers: Any = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    return all(item[0] != "grpc-status-details-bin" for item in trailers or ())
+
+
+def _short_transport_detail(details: str) -> str:
+    """The useful tail of grpc's connect error ("Connection refused"), not its whole chain."""
+    text = details.strip()
+    for marker in ("last error: ", "Failed to connect to remote host: "):
+        if marker in text:
+            text = text.rsplit(marker, 1)[1]
+    return text.rstrip(".") or "no answer"
+
+
+def unreachable(address: str, detail: str) -> CliError:
+    """The console at `address` cannot be reached (exit 5)."""
+    return CliError(
+        f"cannot reach the console at {address}: {detail}; is it running? start one with `sf up`",
+        EXIT_UNREACHABLE,
+        code="UNAVAILABLE",
+        data={"console": address},
+    )
+
+
+def from_rpc(err: grpc.RpcError, address: str, *, connected: bool = True) -> CliError:
+    """Turn a failed call into the one message the user reads.
+
+    `connected` says whether the channel ever reached READY: a DEADLINE_EXCEEDED before that is
+    an unreachable console (exit 5), after it a slow one (exit 1).
+    """
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    raw_details = (err.details() if hasattr(err, "details") else None) or ""
+    if code == grpc.StatusCode.UNAVAILABLE and _is_transport_error(err):
+        return unreachable(address, _short_transport_detail(raw_details))
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and not connected:
+        return unreachable(address, "no answer before the deadline")
+    if code == grpc.StatusCode.CANCELLED:
+        return CliError("interrupted", EXIT_INTERRUPTED, code="CANCELLED")
+    rich = from_rpc_error(err)
+    reason = rich.reason_name if rich.reason else None
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        exit_code = EXIT_AUTH
+        message = f"the console rejected your token; run `sf login` ({rich.message})"
+    elif code in _REFUSALS:
+        exit_code = EXIT_REFUSED
+        message = rich.message
+    elif code == grpc.StatusCode.UNIMPLEMENTED:
+        exit_code = EXIT_FAILURE
+        message = f"the console at {address} does not support this call ({rich.message}); is it older than sf?"
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        exit_code = EXIT_FAILURE
+        message = f"the console at {address} did not answer in time ({rich.message})"
+    else:
+        exit_code = EXIT_FAILURE
+        message = rich.message
+    return CliError(
+        message,
+        exit_code,
+        details=violation_lines(rich),
+        code=code.name,
+        reason=reason if reason not in (None, "UNSPECIFIED") else None,
+        data=_violation_data(rich),
+    )
+
+
+def violation_lines(err: common_errors.StarforgeError) -> list[str]:
+    """One bullet line per google.rpc violation, in the order the server listed them."""
+    lines = [f"{v.field}: {v.description}" if v.field else v.description for v in err.field_violations]
+    for p in err.precondition_violations:
+        subject = f"{p.subject}: " if p.subject else ""
+        lines.append(f"{subject}{p.description}")
+    for q in err.quota_violations:
+        subject = f"{q.subject}: " if q.subject else ""
+        lines.append(f"{subject}{q.description}")
+    if err.retry_after_seconds:
+        lines.append(f"retry after {err.retry_after_seconds:.0f} s")
+    return lines
+
+
+def _violation_data(err: common_errors.StarforgeError) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if err.metadata:
+        data["metadata"] = dict(err.metadata)
+    if err.field_violations:
+        data["field_violations"] = [{"field": v.field, "description": v.description} for v in err.field_violations]
+    if err.precondition_violations:
+        data["precondition_violations"] = [
+            {"type": v.type, "subject": v.subject, "description": v.description} for v in err.precondition_violations
+        ]
+    if err.quota_violations:
+        data["quota_violations"] = [{"subject": v.subject, "description": v.description} for v in err.quota_violations]
+    return data

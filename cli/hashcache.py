@@ -1,0 +1,85 @@
+"""A per-lab cache of file digests so that re-submitting an unchanged lab reads no file twice.
+
+Entries are keyed by path and validated by (size, mtime_ns, inode): any change to the file
+changes one of them. Like git's "racy clean" rule, a file modified less than two seconds before
+it was hashed is not cached, because a second write within the file system's timestamp
+granularity could keep all three equal. The cache is an optimisation only: a missing, corrupt
+or unwritable cache file is silently rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import tempfile
+import time
+from collections.abc import Callable
+
+from common.hashing import sha256_file
+
+CACHE_VERSION = 1
+RACY_WINDOW_NS = 2_000_000_000
+
+Key = tuple[int, int, int]  # size, mtime_ns, inode
+
+
+class HashCache:
+    """Digests by relative path; `save()` keeps only the entries used since `load`."""
+
+    def __init__(self, path: pathlib.Path | None, hasher: Callable[[pathlib.Path], str] = sha256_file) -> None:
+        self.path = path
+        self.hasher = hasher
+        self._old: dict[str, tuple[Key, str]] = {}
+        self._new: dict[str, tuple[Key, str]] = {}
+        self.hits = 0
+        self.misses = 0
+        if path is not None:
+            self._old = _read(path)
+
+    def digest(self, rel: str, real: pathlib.Path, st: os.stat_result) -> str:
+        """sha256 of `real` (known as `rel`), from the cache when its stat key is unchanged."""
+        key: Key = (st.st_size, st.st_mtime_ns, st.st_ino)
+        cached = self._old.get(rel)
+        if cached is not None and cached[0] == key:
+            self.hits += 1
+            self._new[rel] = cached
+            return cached[1]
+        self.misses += 1
+        digest = self.hasher(real)
+        if time.time_ns() - st.st_mtime_ns > RACY_WINDOW_NS:
+            self._new[rel] = (key, digest)
+        return digest
+
+    def save(self) -> None:
+        """Write the cache atomically; failures are ignored (it is only a cache)."""
+        if self.path is None or self._new == self._old:
+            return
+        data = {
+            "version": CACHE_VERSION,
+            "entries": {rel: [*key, digest] for rel, (key, digest) in sorted(self._new.items())},
+        }
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".hashes-", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(data, f, separators=(",", ":"))
+                os.replace(tmp, self.path)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+
+def _read(path: pathlib.Path) -> dict[str, tuple[Key, str]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != CACHE_VERSION:
+            return {}
+        out: dict[str, tuple[Key, str]] = {}
+        for rel, (size, mtime_ns, ino, digest) in data["entries"].items():
+            out[str(rel)] = ((int(size), int(mtime_ns), int(ino)), str(digest))
+        return out
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}

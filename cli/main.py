@@ -1,0 +1,170 @@
+"""Entry point of `sf`: the command tree and the one place failures become exit codes.
+
+`SfGroup.main` runs the click machinery in non-standalone mode and catches everything: usage
+errors (exit 2), `CliError` (its own code), Ctrl-C (130) and, as a last resort, unexpected
+exceptions (exit 1, one line; `SF_DEBUG=1` shows the traceback). Because this lives in the
+group's `main`, `typer.testing.CliRunner` sees exactly what a user's shell sees.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from typer._click import exceptions as click_exc  # typer vendors click; these are its exceptions
+from typer.core import TyperGroup
+
+import cli
+from cli.commands import account, console, dataset, job, lab_cmds, recipe, submit
+from cli.context import AppState
+from cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
+from cli.output import Format, print_error
+
+
+def _wants_json(args: Sequence[str]) -> bool:
+    """Whether `-o json` appears anywhere in argv (errors before parsing must honour it too)."""
+    items = list(args)
+    for i, a in enumerate(items):
+        if a == "--":
+            return False
+        if a in ("-o", "--output") and i + 1 < len(items) and items[i + 1] == "json":
+            return True
+        if a in ("--output=json", "-ojson"):
+            return True
+    return False
+
+
+class SfGroup(TyperGroup):
+    """The root command group; see the module docstring."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        as_json = _wants_json(argv)
+        code = EXIT_OK
+        try:
+            result = super().main(
+                args=argv,
+                prog_name=prog_name or "sf",
+                complete_var=complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
+            code = result if isinstance(result, int) else EXIT_OK
+        except click_exc.NoArgsIsHelpError as exc:  # `sf job`: show the group's help
+            sys.stderr.write(exc.format_message() + "\n")
+            code = EXIT_USAGE
+        except click_exc.UsageError as exc:
+            hint = None
+            if exc.ctx is not None:
+                hint = f"see `{exc.ctx.command_path} --help`"
+            print_error(CliError(exc.format_message(), EXIT_USAGE, hint=hint, code="USAGE"), as_json=as_json)
+            code = EXIT_USAGE
+        except typer.Abort:
+            print_error(CliError("aborted", EXIT_INTERRUPTED, code="CANCELLED"), as_json=as_json)
+            code = EXIT_INTERRUPTED
+        except click_exc.ClickException as exc:
+            print_error(CliError(exc.format_message(), exc.exit_code, code="USAGE"), as_json=as_json)
+            code = exc.exit_code
+        except CliError as exc:
+            print_error(exc, as_json=as_json)
+            code = exc.exit_code
+        except KeyboardInterrupt:
+            code = EXIT_INTERRUPTED
+        except BrokenPipeError:
+            code = EXIT_FAILURE
+        except Exception as exc:  # a bug in sf: one line, never a traceback unless asked for
+            if os.environ.get("SF_DEBUG"):
+                traceback.print_exc()
+            print_error(
+                CliError(
+                    f"sf failed unexpectedly: {type(exc).__name__}: {exc}",
+                    EXIT_FAILURE,
+                    hint="run again with SF_DEBUG=1 for details, and report it",
+                    code="INTERNAL",
+                ),
+                as_json=as_json,
+            )
+            code = EXIT_FAILURE
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(
+    cls=SfGroup,
+    name="sf",
+    help=(
+        "StarForge: run ML training jobs on GPU fleets.\n\n"
+        "Typical session: `sf init`, `sf new my-exp --method custom/custom`, "
+        "`git commit`, `sf submit my-exp --profile h200:8 -f`."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"sf {cli.__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    console_addr: Annotated[
+        str | None,
+        typer.Option(
+            "--console",
+            help="Console address HOST:PORT (overrides STARFORGE_CONSOLE and the client config).",
+            metavar="HOST:PORT",
+        ),
+    ] = None,
+    output: Annotated[
+        Format,
+        typer.Option("--output", "-o", help="text (default) or json: machine-readable output on stdout."),
+    ] = Format.text,
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the sf version and exit.", callback=_version_callback, is_eager=True),
+    ] = False,
+) -> None:
+    """Global options apply to every command, e.g. `sf --console 10.0.0.5:7070 -o json job ls`."""
+    state = AppState(console_flag=console_addr, fmt=output)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+lab_cmds.register(app)
+submit.register(app)
+account.register(app)
+console.register(app)
+app.add_typer(job.app, name="job")
+app.add_typer(recipe.app, name="recipe")
+app.add_typer(account.token_app, name="token")
+app.add_typer(dataset.app, name="dataset")
+
+
+def main() -> None:
+    """Console-script entry point (`sf`)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Where `sf` writes: data on stdout, chatter and errors on stderr, text or JSON.
+
+Data (tables, job ids, JSON documents, log lines) goes to stdout so it can be piped; progress,
+status lines, warnings and errors go to stderr. In JSON mode stdout carries exactly one JSON
+document (or JSON Lines for streams), status chatter is dropped, warnings become
+`{"warning": ...}` lines and errors `{"error": {...}}` on stderr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf import json_format, message
+from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console, RenderableType
+from rich.text import Text
+
+from cli.errors import CliError
+
+
+class Format(enum.StrEnum):
+    """Value of `--output`."""
+
+    text = "text"
+    json = "json"
+
+
+def message_to_dict(msg: message.Message) -> dict[str, Any]:
+    """A proto message as JSON-ready dict (proto field names, enum names, int64 as strings)."""
+    return json_format.MessageToDict(msg, preserving_proto_field_name=True)
+
+
+class Output:
+    """The two streams of one command invocation, in text or JSON mode."""
+
+    def __init__(self, fmt: Format = Format.text) -> None:
+        self.json = fmt == Format.json
+        # Consoles look up sys.stdout/sys.stderr when they write, so CliRunner's capture works.
+        self.out = Console(highlight=False, soft_wrap=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @property
+    def interactive(self) -> bool:
+        """True when a person watches stderr: progress bars and spinners only then."""
+        return not self.json and self.err.is_terminal
+
+    @property
+    def stdout_tty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def data(self, obj: Any) -> None:
+        """Print one JSON document on stdout (JSON mode)."""
+        sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+        sys.stdout.flush()
+
+    def json_line(self, obj: Any) -> None:
+        """Print one compact JSON object per line (streams in JSON mode)."""
+        sys.stdout.write(json.dumps(obj, separators=(",", ":"), default=_json_default) + "\n")
+        sys.stdout.flush()
+
+    def show(self, renderable: RenderableType) -> None:
+        """Print a table, panel or line on stdout (text mode)."""
+        self.out.print(renderable)
+
+    def line(self, text: str, style: str = "") -> None:
+        """Print plain text on stdout, never interpreted as rich markup."""
+        self.out.print(Text(text, style=style), soft_wrap=True)
+
+    def info(self, text: str | Text) -> None:
+        """A status line on stderr; dropped in JSON mode."""
+        if self.json:
+            return
+        self.err.print(text if isinstance(text, Text) else Text(text))
+
+    def success(self, text: str) -> None:
+        """A status line with a green check on stderr; dropped in JSON mode."""
+        if self.json:
+            return
+        self.err.print(Text.assemble(("✓ ", "green"), text))
+
+    def warn(self, text: str) -> None:
+        """A warning on stderr, in both modes."""
+        if self.json:
+            sys.stderr.write(json.dumps({"warning": text}) + "\n")
+            return
+        self.err.print(Text.assemble(("warning: ", "yellow bold"), text))
+
+
+def print_error(err: CliError, *, as_json: bool) -> None:
+    """The one place an error is printed: `error: <message>` plus bullets, or JSON."""
+    if as_json:
+        sys.stderr.write(json.dumps(err.to_json(), default=_json_default) + "\n")
+        sys.stderr.flush()
+        return
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(Text.assemble(("error: ", "bold red"), err.message))
+    for line in err.details:
+        console.print(Text.assemble("  • ", line))
+    if err.hint:
+        console.print(Text.assemble(("  hint: ", "dim"), err.hint))
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, message.Message):
+        return message_to_dict(obj)
+    if isinstance(obj, dt.datetime | dt.date):
+        return obj.isoformat()
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+# ---------------------------------------------------------------- formatting helpers for tables
+
+
+def ts_to_datetime(ts: Timestamp) -> dt.datetime | None:
+    """A proto Timestamp as aware datetime; None when unset (seconds and nanos both 0)."""
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return ts.ToDatetime(tzinfo=dt.UTC)
+
+
+def age(ts: Timestamp, now: dt.datetime | None = None) -> str:
+    """How long ago, compact ("12s", "5m", "3h", "2d"); "-" when unset."""
+    when = ts_to_datetime(ts)
+    if when is None:
+        return "-"
+    seconds = int(((now or dt.datetime.now(dt.UTC)) - when).total_seconds())
+    return duration(max(seconds, 0))
+
+
+def duration(seconds: float) -> str:
+    """A duration, compact ("45s", "3m", "1h20m", "2d")."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h}h{m:02d}m" if m else f"{h}h"
+    return f"{s // 86400}d"
+
+
+def timestamp_text(ts: Timestamp) -> str:
+    """Local wall-clock time with its age ("2026-05-01 12:00:03 (5m ago)"), "-" when unset."""
+    when = ts_to_datetime(ts)
+    if when is None:
+        return "-"
+    local = when.astimezone()
+    return f"{local:%Y-%m-%d %H:%M:%S} ({age(ts)} ago)"
+
+
+def human_bytes(n: float) -> str:
+    """Bytes in decimal units, as `sf` prints them ("1.2 MB")."""
+    units = ["B", "kB", "MB", "GB", "TB"]
+    value = float(n)
+    for unit in units:
+        if abs(value) < 1000 or unit == units[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"  # pragma: no cover - loop always returns
+
+
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 30) -> str:
+    """A unicode sparkline of `values`, bucket-averaged down to `width` characters."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return ""
+    if len(finite) > width:
+        buckets: list[float] = []
+        for i in range(width):
+            lo = i * len(finite) // width
+            hi = max((i + 1) * len(finite) // width, lo + 1)
+            chunk = finite[lo:hi]
+            buckets.append(sum(chunk) / len(chunk))
+        finite = buckets
+    low, high = min(finite), max(finite)
+    if high == low:
+        return _SPARKS[len(_SPARKS) // 2] * len(finite)
+    scale = (len(_SPARKS) - 1) / (high - low)
+    return "".join(_SPARKS[round((v - low) * scale)] for v in finite)

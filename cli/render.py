@@ -1,0 +1,209 @@
+"""Rich renderings of jobs and metrics (tables and panels for text mode)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from starforge.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
+
+from cli.follow import state_name, state_style
+from cli.output import age, sparkline, timestamp_text
+
+
+def _enum(value: int, enum: object, prefix: str) -> str:
+    name: str = enum.Name(value)  # type: ignore[attr-defined]
+    return name.removeprefix(prefix).lower().replace("_", " ")
+
+
+def wait_text(job: job_pb2.Job) -> str:
+    """ "#2 quota: …" for a QUEUED job, "" otherwise."""
+    if job.state != job_state_pb2.JOB_STATE_QUEUED or not job.HasField("wait"):
+        return ""
+    w = job.wait
+    position = f"#{w.queue_position} " if w.queue_position else ""
+    reason = w.message or _enum(w.reason, job_state_pb2.WaitReason, "WAIT_REASON_")
+    return f"{position}{reason}"
+
+
+def state_text(state: int) -> Text:
+    return Text(state_name(state), style=state_style(state))
+
+
+def jobs_table(jobs: Sequence[job_pb2.Job]) -> Table:
+    """`sf job ls`: one row per job."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("ID", "EXPERIMENT", "METHOD", "STATE", "WAITING", "AGE", "ATTEMPTS"):
+        table.add_column(col, no_wrap=col != "WAITING", overflow="fold")
+    for job in jobs:
+        table.add_row(
+            job.job_id,
+            job.experiment + (f" [{job.stage}]" if job.stage else ""),
+            job.method,
+            state_text(job.state),
+            wait_text(job),
+            age(job.create_time),
+            str(len(job.attempts)),
+        )
+    return table
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:16] if digest else "-"
+
+
+def _kv(table: Table, key: str, value: str | Text) -> None:
+    if value in ("", None):
+        return
+    table.add_row(Text(key, style="dim"), value)
+
+
+def _pool_text(pool: job_spec_pb2.Pool) -> str:
+    gpus = f"{pool.nodes}x{pool.gpus_per_node} GPU" if pool.gpus_per_node else f"{pool.nodes} node(s)"
+    return f"{pool.name or 'main'}: {pool.series} {gpus} ({pool.profile})"
+
+
+def last_exit_code(job: job_pb2.Job) -> int | None:
+    """Exit code of the last attempt that reported one (the diagnosis' when it has one)."""
+    for attempt in reversed(job.attempts):
+        if attempt.HasField("exit_code"):
+            code: int = attempt.exit_code
+            return code
+    if job.HasField("diagnosis") and job.diagnosis.HasField("exit_code"):
+        code = job.diagnosis.exit_code
+        return code
+    return None
+
+
+def job_panel(job: job_pb2.Job) -> RenderableType:
+    """`sf job status`: everything about one job."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(no_wrap=True)
+    head.add_column()
+    _kv(head, "state", state_text(job.state))
+    _kv(head, "waiting", wait_text(job))
+    _kv(head, "owner", job.owner)
+    _kv(head, "project", job.project)
+    _kv(head, "experiment", job.experiment + (f" (stage {job.stage} of {job.parent_job_id})" if job.stage else ""))
+    _kv(head, "method", job.method)
+    _kv(head, "pools", ", ".join(_pool_text(p) for p in job.pools))
+    _kv(head, "image", job.image)
+    _kv(head, "fleet", job.fleet)
+    _kv(head, "created", timestamp_text(job.create_time))
+    if job.HasField("start_time"):
+        _kv(head, "started", timestamp_text(job.start_time))
+    if job.HasField("end_time"):
+        _kv(head, "ended", timestamp_text(job.end_time))
+    code = last_exit_code(job)
+    if code is not None:
+        _kv(head, "exit", f"exit code {code}")
+    if job.retry_budget:
+        _kv(head, "retries", f"{job.retries_used} of {job.retry_budget} used")
+    _kv(head, "out dir", job.out_dir)
+    parts: list[RenderableType] = [head]
+    if job.HasField("diagnosis"):
+        parts.append(_diagnosis(job.diagnosis))
+    if job.attempts:
+        parts.append(_attempts(job.attempts))
+    if job.HasField("provenance"):
+        parts.append(_provenance(job.provenance))
+    title = Text.assemble(("job ", "bold"), (job.job_id, "bold"), "  ", state_text(job.state))
+    return Panel(Group(*parts), title=title, title_align="left", expand=False)
+
+
+def _diagnosis(d: job_pb2.Diagnosis) -> RenderableType:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    _kv(grid, "class", _enum(d.failure_class, job_state_pb2.FailureClass, "FAILURE_CLASS_"))
+    _kv(grid, "summary", d.summary)
+    _kv(grid, "hint", d.hint)
+    if d.retryable:
+        _kv(grid, "retry", "retried automatically")
+    parts: list[RenderableType] = [Text("\ndiagnosis", style="bold red"), grid]
+    if d.log_tail:
+        parts.append(Text("last log lines:", style="dim"))
+        parts.append(Text("\n".join(f"  {line}" for line in d.log_tail)))
+    return Group(*parts)
+
+
+def _attempts(attempts: Sequence[job_pb2.Attempt]) -> RenderableType:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("#", "STATE", "CAUSE", "FLEET", "HANDLE", "NODE", "EXIT", "REASON"):
+        table.add_column(col, overflow="fold")
+    for a in attempts:
+        table.add_row(
+            str(a.number),
+            state_text(a.state),
+            _enum(a.cause, job_pb2.AttemptCause, "ATTEMPT_CAUSE_"),
+            a.fleet + (f" ({a.executor_kind})" if a.executor_kind else ""),
+            a.backend_handle or "-",
+            a.node or "-",
+            str(a.exit_code) if a.HasField("exit_code") else "-",
+            a.reason,
+        )
+    return Group(Text("\nattempts", style="bold"), table)
+
+
+def _provenance(p: job_spec_pb2.Provenance) -> RenderableType:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    commit = p.git_commit[:12] + (" (dirty)" if p.git_dirty else "") if p.git_commit else "-"
+    _kv(grid, "git", commit + (f" on {p.git_branch}" if p.git_branch else ""))
+    if p.untracked_files:
+        _kv(grid, "untracked", f"{len(p.untracked_files)} file(s) not packed")
+    snapshot = hashlib.sha256(p.config_snapshot.encode()).hexdigest() if p.config_snapshot else ""
+    _kv(grid, "config", _short(snapshot))
+    _kv(grid, "recipe", _short(p.recipe_digest))
+    _kv(grid, "runner", _short(p.runner_digest))
+    _kv(grid, "capsule", _short(p.capsule_digest))
+    _kv(grid, "image", _short(p.image_digest))
+    _kv(grid, "client", " ".join(x for x in (p.client_version and f"sf {p.client_version}", p.client_host) if x))
+    return Group(Text("\nprovenance", style="bold"), grid)
+
+
+def metrics_table(series: Sequence[telemetry_pb2.MetricSeries]) -> Table:
+    """`sf job metrics`: latest, min, max and a sparkline per series."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col, justify in (
+        ("METRIC", "left"),
+        ("STEP", "right"),
+        ("LATEST", "right"),
+        ("MIN", "right"),
+        ("MAX", "right"),
+        ("TREND", "left"),
+    ):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for s in series:
+        if not s.points:
+            table.add_row(s.name, "-", "-", "-", "-", "")
+            continue
+        values = [p.value for p in s.points]
+        last = s.points[-1]
+        table.add_row(
+            s.name,
+            str(last.step),
+            f"{last.value:.6g}",
+            f"{min(values):.6g}",
+            f"{max(values):.6g}",
+            sparkline(values),
+        )
+    return table
+
+
+def series_summary(s: telemetry_pb2.MetricSeries) -> dict[str, object]:
+    """JSON form of one series' summary (with its points)."""
+    values = [p.value for p in s.points]
+    return {
+        "name": s.name,
+        "points": len(values),
+        "last_step": s.points[-1].step if s.points else None,
+        "latest": values[-1] if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+    }

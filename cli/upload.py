@@ -1,0 +1,136 @@
+"""Upload a packed workspace's content to the console's BlobService.
+
+Blobs are named by their sha256, so only content the console lacks is sent: FindMissingBlobs in
+batches of at most 10,000 digests, then one UploadBlobs stream of 1 MiB chunks (the first chunk
+of a blob carries its size, the last one `finish`). An unchanged lab therefore uploads 0 bytes.
+A progress bar (bytes, speed) is shown only when a person watches stderr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from starforge.control.v1 import blob_service_pb2
+
+from cli.client import Client
+from cli.errors import CliError
+from cli.output import Output, human_bytes
+from cli.pack import PackedFile
+
+CHUNK = 1 << 20
+FIND_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class UploadStats:
+    """What an upload did, for the one summary line."""
+
+    files_uploaded: int
+    bytes_uploaded: int
+    files_unchanged: int
+
+    def summary(self) -> str:
+        return (
+            f"uploaded {self.files_uploaded} file(s) ({human_bytes(self.bytes_uploaded)}), "
+            f"{self.files_unchanged} unchanged"
+        )
+
+
+def find_missing(client: Client, digests: Sequence[str]) -> set[str]:
+    """The digests the console does not have, asked in batches of FIND_BATCH."""
+    missing: set[str] = set()
+    for i in range(0, len(digests), FIND_BATCH):
+        batch = list(digests[i : i + FIND_BATCH])
+        resp = client.call(client.blobs.FindMissingBlobs, blob_service_pb2.FindMissingBlobsRequest(digests=batch))
+        missing.update(resp.missing_digests)
+    return missing
+
+
+def blob_chunks(
+    blobs: Sequence[PackedFile],
+    on_bytes: Callable[[int], None] = lambda n: None,
+    problems: list[str] | None = None,
+) -> Iterator[blob_service_pb2.UploadBlobsRequest]:
+    """The UploadBlobs request stream for `blobs` (one PackedFile per distinct digest).
+
+    A file that changed since it was hashed ends the stream early and is reported in `problems`
+    (raising here would make grpc log a traceback from its sending thread).
+    """
+    for blob in blobs:
+        h = hashlib.sha256()
+        sent = 0
+        first = True
+        try:
+            f = blob.real.open("rb")
+        except OSError as exc:
+            if problems is not None:
+                problems.append(f"{blob.path}: {exc.strerror}")
+            return
+        with f:
+            while True:
+                data = f.read(CHUNK)
+                h.update(data)
+                sent += len(data)
+                last = len(data) < CHUNK or sent >= blob.size
+                if last and (sent != blob.size or h.hexdigest() != blob.sha256):
+                    if problems is not None:
+                        problems.append(f"{blob.path} changed while it was being uploaded")
+                    return
+                yield blob_service_pb2.UploadBlobsRequest(
+                    digest=blob.sha256, size=blob.size if first else 0, data=data, finish=last
+                )
+                on_bytes(len(data))
+                first = False
+                if last:
+                    break
+
+
+def upload_files(client: Client, files: Sequence[PackedFile], out: Output) -> UploadStats:
+    """Upload the content of `files` the console lacks; returns counts for the summary line."""
+    by_digest: dict[str, PackedFile] = {}
+    for f in files:
+        by_digest.setdefault(f.sha256, f)
+    missing = find_missing(client, list(by_digest))
+    to_send = [by_digest[d] for d in by_digest if d in missing]
+    total = sum(b.size for b in to_send)
+    files_uploaded = sum(1 for f in files if f.sha256 in missing)
+    stats = UploadStats(files_uploaded, total, len(files) - files_uploaded)
+    if not to_send:
+        return stats
+    problems: list[str] = []
+    if out.interactive:
+        columns = (
+            TextColumn("uploading"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=out.err, transient=True) as progress:
+            task = progress.add_task("upload", total=total)
+            requests = blob_chunks(to_send, lambda n: progress.advance(task, n), problems)
+            _send(client, requests, problems)
+    else:
+        _send(client, blob_chunks(to_send, problems=problems), problems)
+    return stats
+
+
+def _send(client: Client, requests: Iterator[blob_service_pb2.UploadBlobsRequest], problems: list[str]) -> None:
+    try:
+        client.client_stream(client.blobs.UploadBlobs, requests)
+    except CliError:
+        if problems:
+            raise CliError(f"upload failed: {problems[0]}; run the command again") from None
+        raise
+    if problems:
+        raise CliError(f"upload failed: {problems[0]}; run the command again")

@@ -1,0 +1,64 @@
+"""Stops the platform makes on its own: time windows closing and fleet drains.
+
+- A fleet's window closes: its running jobs are stopped (STOPPED, checkpoint kept) and queued
+  again from their checkpoint when a window of a fleet that can run them opens.
+- A fleet is drained: its running jobs are paused (PAUSED: GPUs released, checkpoint kept) and
+  queued again at once; they wait (reason DRAIN) unless another fleet can take them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starforge.job.v1 import job_pb2
+from starforge.job.v1 import job_state_pb2 as st
+
+from control.db import models as m
+from control.ledger import jobs
+from control.ledger import state_machine as sm
+
+WINDOW = "window"
+DRAIN = "drain"
+
+
+def request_stops(s: Session, closed: dict[str, tuple[int, str]]) -> list[tuple[str, str]]:
+    """Ask active attempts on closed fleets to stop (window) or pause (drain); returns (attempt, fleet)."""
+    out: list[tuple[str, str]] = []
+    if not closed:
+        return out
+    rows = s.scalars(select(m.Attempt).where(m.Attempt.state.in_(sm.ACTIVE), m.Attempt.fleet.in_(list(closed))))
+    for attempt in rows:
+        reason, message = closed[attempt.fleet]
+        job = jobs.get_job(s, attempt.job_id, for_update=True)
+        if job.desired or attempt.number != job.attempts_count:
+            continue
+        drain = reason == st.WAIT_REASON_DRAIN
+        job.desired = "pause" if drain else "stop"
+        job.stopped_by = DRAIN if drain else WINDOW
+        attempt.reason = ("paused: " if drain else "stopped: ") + message
+        out.append((attempt.id, attempt.fleet))
+    return out
+
+
+def requeue(s: Session, closed: dict[str, tuple[int, str]], now: float | None = None) -> list[str]:
+    """Queue again the jobs the platform stopped, once a fleet that can run them takes work."""
+    now = time.time() if now is None else now
+    out = []
+    rows = s.scalars(
+        select(m.Job).where(
+            ((m.Job.state == sm.PAUSED) & (m.Job.stopped_by == DRAIN))
+            | ((m.Job.state == sm.STOPPED) & (m.Job.stopped_by == WINDOW))
+        )
+    )
+    for job in rows:
+        if job.stopped_by == WINDOW:
+            fleets = json.loads(job.eligible_fleets or "[]")
+            if fleets and all(f in closed for f in fleets):
+                continue
+        job.next_cause = job_pb2.ATTEMPT_CAUSE_RESUME
+        jobs.transition(s, job, sm.QUEUED, f"queued again after the platform {job.stopped_by} stop", now=now)
+        out.append(job.id)
+    return out
