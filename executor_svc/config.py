@@ -1,0 +1,67 @@
+"""Configuration of one `starforge-executor` process.
+
+One YAML file per process: the service keys at the top level and the kind's own section under
+the kind's name, e.g.
+
+    listen: 127.0.0.1:7071
+    token: change-me
+    local:
+      runtime: process
+      state_dir: /var/lib/starforge/executor-local
+
+Loaded with `common.config.load_config` (defaults -> file -> environment, unknown keys refused)
+with the environment prefix `STARFORGE_EXECUTOR_`: `STARFORGE_EXECUTOR_TOKEN` overrides `token`,
+`STARFORGE_EXECUTOR_LOCAL__RUNTIME=docker` overrides `local.runtime`. The prefix is the
+component's own so that the control plane's `STARFORGE_*` variables never leak into an executor
+started from it.
+
+The dataclass is made per kind (`service_config_class`) so that each kind owns its section's
+dataclass and adding a kind never edits this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from common.config import ConfigError, load_config
+
+ENV_PREFIX = "STARFORGE_EXECUTOR_"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceConfig:
+    """Keys every executor process has, whatever its kind."""
+
+    # Address to serve on; `--listen` overrides it. Port 0 picks a free port.
+    listen: str = "127.0.0.1:7071"
+    # Bearer token every call must carry; empty means no token (loopback-only deployments).
+    token: str = ""
+    # Logging level: debug, info, warning, error.
+    log_level: str = "info"
+    # Seconds in-flight calls get to finish after SIGTERM.
+    shutdown_grace_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError(f"log_level: {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+
+
+def service_config_class(kind: str, kind_config: type[Any]) -> type[Any]:
+    """A frozen dataclass with ServiceConfig's fields plus `<kind>: <kind_config>`."""
+    return dataclasses.make_dataclass(
+        f"{kind.capitalize()}ExecutorServiceConfig",
+        [(kind, kind_config, dataclasses.field(default_factory=kind_config))],
+        bases=(ServiceConfig,),
+        frozen=True,
+    )
+
+
+def load_service_config(
+    kind: str, kind_config: type[Any], path: pathlib.Path | str | None, env: Mapping[str, str]
+) -> Any:
+    """Load the configuration of an executor process of `kind` (see the module docstring)."""
+    return load_config(service_config_class(kind, kind_config), path, env, prefix=ENV_PREFIX)

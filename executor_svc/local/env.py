@@ -1,0 +1,75 @@
+"""The capsule's environment (docs/ARCHITECTURE.md, "The capsule"), built from a LaunchRequest.
+
+The request's `env` and `secret_env` come first; the executor's own FORGE_* variables are set
+last so a request can never point FORGE_OUT_DIR (or any other path the executor owns) elsewhere.
+Paths are those the capsule sees: host paths for the process runtime, mount points for docker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from starforge.executor.v1 import launch_request_pb2 as lr_pb
+
+# What a process-runtime capsule inherits from the executor's own environment. Nothing else does:
+# the executor's environment holds its token and the control plane's settings.
+INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "TMPDIR")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class CapsulePaths:
+    """Where the capsule finds its directories."""
+
+    capsule: str
+    workspace: str
+    out: str
+    scratch: str
+    datasets: str
+
+
+def inherited_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The small part of the executor's environment a child process needs (PATH, HOME, locale)."""
+    environ = os.environ if environ is None else environ
+    env = {k: environ[k] for k in INHERITED if k in environ}
+    env.setdefault("PATH", DEFAULT_PATH)
+    return env
+
+
+def capsule_env(
+    request: lr_pb.LaunchRequest,
+    paths: CapsulePaths,
+    *,
+    stop_grace_seconds: float,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Environment of `sh bootstrap.sh`: request env, secrets, datasets, `extra`, then FORGE_*."""
+    env = dict(request.env)
+    env.update(request.secret_env)
+    for ds in request.datasets:
+        env[f"{ds.name.upper()}_DATA_DIR"] = f"{paths.datasets}/{ds.name}"
+    env.update(extra or {})
+    env.update(
+        {
+            "FORGE_CAPSULE_DIR": paths.capsule,
+            "FORGE_CAPSULE_SHA256": request.capsule.capsule_digest,
+            "FORGE_WORKSPACE_DIR": paths.workspace,
+            "FORGE_OUT_DIR": paths.out,
+            "FORGE_SCRATCH_DIR": paths.scratch,
+            "FORGE_INGEST_ADDR": request.ingest.address,
+            "FORGE_INGEST_TOKEN": request.ingest.token,
+            "FORGE_JOB_ID": request.job_id,
+            "FORGE_ATTEMPT_ID": request.attempt_id,
+            "FORGE_ATTEMPT_NUMBER": str(request.attempt_number),
+            "FORGE_RESUME": "1" if request.resume else "0",
+            "FORGE_STOP_GRACE_SECONDS": str(int(stop_grace_seconds)),
+        }
+    )
+    return env
+
+
+def stop_grace(request: lr_pb.LaunchRequest, default: float) -> float:
+    """Seconds between SIGTERM and SIGKILL for this attempt."""
+    return float(request.stop_grace_seconds) if request.stop_grace_seconds > 0 else default

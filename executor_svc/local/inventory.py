@@ -1,0 +1,123 @@
+"""Which GPUs (and CPU slots) of this node are held by which running attempt.
+
+The pool is in memory, rebuilt from the attempt records when the executor starts, and changed
+only under the executor's launch lock (allocation and start are one step, so two concurrent
+launches never get the same GPU). Attempts that ended are released lazily: `allocate` asks
+`still_running` about holders before it refuses for lack of room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from starforge.job.v1 import job_spec_pb2 as spec_pb
+
+from common import errors
+from executor_svc.local.config import SeriesConfig
+
+
+@dataclass(frozen=True)
+class Holding:
+    """GPUs an attempt holds."""
+
+    series: str
+    gpus: tuple[int, ...]
+
+
+class GpuPool:
+    """Allocation of the node's configured series (see module docstring)."""
+
+    def __init__(self, inventory: Sequence[SeriesConfig]) -> None:
+        self._series = {s.series: s for s in inventory}
+        self._held: dict[str, Holding] = {}
+
+    def series(self, name: str) -> SeriesConfig:
+        return self._series[name]
+
+    def check(self, pools: Sequence[spec_pb.Pool]) -> spec_pb.Pool:
+        """The one pool of a request this node can ever run, or InvalidArgument why not."""
+        if len(pools) != 1:
+            raise errors.InvalidArgument(
+                f"the local executor runs single-pool jobs; this one has {len(pools)} pools "
+                "(multi-pool needs a kuberay or slurm fleet)",
+                field_violations=(errors.FieldViolation("pools", "exactly one pool"),),
+            )
+        pool = pools[0]
+        if pool.series not in self._series:
+            raise errors.InvalidArgument(
+                f"series {pool.series!r} is not on this node; it has {', '.join(sorted(self._series))}",
+                field_violations=(errors.FieldViolation("pools[0].series", "unknown series"),),
+            )
+        if pool.nodes > 1:
+            raise errors.InvalidArgument(
+                f"pool {pool.name!r} asks for {pool.nodes} nodes; the local executor has one node",
+                field_violations=(errors.FieldViolation("pools[0].nodes", "at most 1"),),
+            )
+        have = len(self._series[pool.series].indices())
+        if pool.gpus_per_node < 0 or pool.gpus_per_node > have:
+            raise errors.InvalidArgument(
+                f"pool {pool.name!r} asks for {pool.gpus_per_node} {pool.series} GPUs; this node has {have}",
+                field_violations=(errors.FieldViolation("pools[0].gpus_per_node", f"at most {have}"),),
+            )
+        return pool
+
+    def hold(self, attempt_id: str, series: str, gpus: Sequence[int]) -> None:
+        """Record a holding found at start-up or made by `allocate`."""
+        self._held[attempt_id] = Holding(series, tuple(gpus))
+
+    def release(self, attempt_id: str) -> None:
+        self._held.pop(attempt_id, None)
+
+    def holders(self) -> dict[str, Holding]:
+        return dict(self._held)
+
+    def free(self, series: str) -> list[int]:
+        taken = {g for h in self._held.values() if h.series == series for g in h.gpus}
+        return [g for g in self._series[series].indices() if g not in taken]
+
+    def _shortage(self, series: str, count: int) -> str:
+        """Why `count` GPUs of `series` cannot be taken now; empty when they can."""
+        cfg = self._series[series]
+        running = sum(1 for h in self._held.values() if h.series == series)
+        if cfg.slots and running >= cfg.slots:
+            return f"all {cfg.slots} {series} slots are in use"
+        free = len(self.free(series))
+        if free < count:
+            return f"{free} of {len(cfg.indices())} {series} GPUs are free"
+        return ""
+
+    async def release_ended(self, still_running: Callable[[str], Awaitable[bool]]) -> None:
+        """Release the holdings of attempts that no longer run. Call under the launch lock."""
+        for holder in list(self._held):
+            if not await still_running(holder):
+                self.release(holder)
+
+    async def ensure_room(self, series: str, count: int, still_running: Callable[[str], Awaitable[bool]]) -> None:
+        """ResourceExhausted unless `count` GPUs of `series` can be taken now.
+
+        Holders that ended are released first (asked through `still_running`). Call under the
+        executor's launch lock.
+        """
+        if self._shortage(series, count):
+            await self.release_ended(still_running)
+        why = self._shortage(series, count)
+        if why:
+            raise errors.ResourceExhausted(
+                f"no room on this node now for an attempt with {count} {series} GPUs: {why}; "
+                "it can run once another attempt ends",
+                quota_violations=(errors.QuotaViolation(f"{series} gpus", why),),
+                retry_after_seconds=10.0,
+            )
+
+    async def allocate(
+        self, attempt_id: str, series: str, count: int, still_running: Callable[[str], Awaitable[bool]]
+    ) -> list[int]:
+        """Take `count` GPUs (lowest free indices) of `series`, or ResourceExhausted.
+
+        Call under the executor's launch lock, which stays held until the attempt started.
+        """
+        await self.ensure_room(series, count, still_running)
+        gpus = self.free(series)[:count]
+        self.hold(attempt_id, series, gpus)
+        return gpus

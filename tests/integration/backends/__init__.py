@@ -1,0 +1,1 @@
+"""Session fixtures that start real backends (dockerd, ...) for integration tests."""

@@ -1,0 +1,163 @@
+"""executor_svc.bundle against the real control-plane BlobService (real token auth)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import shutil
+import stat
+
+import pytest
+from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge.job.v1 import workspace_pb2 as ws_pb
+
+from common import errors
+from executor_svc import bundle
+from tests.integration.blob_server import BlobServer
+from tests.integration.executors.launch_requests import launch_request, shell_capsule
+
+
+def _dirs(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path, pathlib.Path]:
+    return tmp_path / "capsule", tmp_path / "workspace", tmp_path / "cache", tmp_path / "datasets"
+
+
+async def test_materialize_places_every_file_from_the_cache(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    workspace = {
+        "train.sh": (b"#!/bin/sh\necho train\n", True),
+        "experiments/demo/config.yaml": b"lr: 0.1\n",
+        "same-content-a.txt": b"twin\n",
+        "deep/er/same-content-b.txt": (b"twin\n", True),
+    }
+    req = launch_request(blobs, shell_capsule("echo hi\n", workspace))
+    data = b'{"text": "row"}\n'
+    ds_file = ws_pb.WorkspaceFile(
+        path="part-0.jsonl", sha256=blobs.store.put_bytes(data), size=len(data), executable=False
+    )
+    req.datasets.append(
+        lr_pb.ResolvedDataset(name="train", ref="tester/d@1", manifest=ws_pb.WorkspaceManifest(files=[ds_file]))
+    )
+    capsule_dir, workspace_dir, cache_dir, datasets_dir = _dirs(tmp_path)
+
+    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir, datasets_dir)
+
+    assert (capsule_dir / "bootstrap.sh").read_bytes() == b"echo hi\n"
+    assert (workspace_dir / "experiments/demo/config.yaml").read_bytes() == b"lr: 0.1\n"
+    assert (datasets_dir / "train" / "part-0.jsonl").read_bytes() == data
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert mode(capsule_dir / "bootstrap.sh") == 0o755
+    assert mode(workspace_dir / "train.sh") == 0o755
+    assert mode(workspace_dir / "experiments/demo/config.yaml") == 0o644
+    # same content, different modes: two cache entries, each file keeps its own mode
+    assert mode(workspace_dir / "same-content-a.txt") == 0o644
+    assert mode(workspace_dir / "deep/er/same-content-b.txt") == 0o755
+    # content-addressed cache; capsule and dataset files are hard links into it, workspace files
+    # are copies (a job that edits its workspace in place must not corrupt the cache)
+    digest = hashlib.sha256(b"lr: 0.1\n").hexdigest()
+    cached = cache_dir / digest[:2] / digest
+    assert cached.read_bytes() == b"lr: 0.1\n"
+    assert not os.path.samefile(cached, workspace_dir / "experiments/demo/config.yaml")
+    (workspace_dir / "experiments/demo/config.yaml").write_bytes(b"edited in place\n")
+    assert cached.read_bytes() == b"lr: 0.1\n"
+    ds_digest = hashlib.sha256(data).hexdigest()
+    assert os.path.samefile(cache_dir / ds_digest[:2] / ds_digest, datasets_dir / "train" / "part-0.jsonl")
+    boot = hashlib.sha256(b"echo hi\n").hexdigest()
+    assert os.path.samefile(cache_dir / boot[:2] / (boot + ".x"), capsule_dir / "bootstrap.sh")
+    assert not list((cache_dir / "tmp").iterdir())
+
+
+async def test_cached_blobs_are_reused_without_the_blob_service(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    req = launch_request(blobs, shell_capsule("echo cached\n", {"a.txt": b"A"}))
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    # Nothing listens on port 9: a fetch would fail, so everything must come from the cache.
+    req.blob_source.address = "127.0.0.1:9"
+    await bundle.materialize(req, tmp_path / "c2", tmp_path / "w2", cache_dir)
+    assert (tmp_path / "w2" / "a.txt").read_bytes() == b"A"
+
+
+async def test_content_not_matching_its_digest_is_refused_naming_the_file(
+    blobs: BlobServer, tmp_path: pathlib.Path
+) -> None:
+    content = b"the real content " + os.urandom(8)
+    req = launch_request(blobs, shell_capsule("true\n", {"data/weights.bin": content}))
+    digest = hashlib.sha256(content).hexdigest()
+    blobs.store.path(digest).write_bytes(b"tampered on the server")
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+
+    with pytest.raises(errors.FailedPrecondition) as err:
+        await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+
+    assert "workspace/data/weights.bin" in err.value.message
+    assert digest in err.value.message
+    assert not (cache_dir / digest[:2] / digest).exists()
+    assert not list((cache_dir / "tmp").iterdir())
+
+
+async def test_missing_blob_and_wrong_token_are_failed_preconditions(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    req = launch_request(blobs, shell_capsule("true\n"))
+    absent = b"never uploaded " + os.urandom(8)
+    req.spec.workspace.files.append(
+        ws_pb.WorkspaceFile(path="absent.txt", sha256=hashlib.sha256(absent).hexdigest(), size=len(absent))
+    )
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    with pytest.raises(errors.FailedPrecondition, match=r"workspace/absent\.txt .*never uploaded"):
+        await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+
+    req = launch_request(blobs, shell_capsule("true\n", {"x": os.urandom(16)}))
+    req.blob_source.token = "not-a-token"
+    with pytest.raises(errors.FailedPrecondition, match="refused the attempt's run token"):
+        await bundle.materialize(req, tmp_path / "c2", tmp_path / "w2", cache_dir)
+
+
+@pytest.mark.parametrize("bad", ["../escape.txt", "/etc/passwd", "a/../../b", "a//b", "./a", "a\\b", ""])
+async def test_paths_that_could_leave_their_root_are_refused(
+    blobs: BlobServer, tmp_path: pathlib.Path, bad: str
+) -> None:
+    req = launch_request(blobs, shell_capsule("true\n"))
+    req.spec.workspace.files.append(ws_pb.WorkspaceFile(path=bad, sha256=hashlib.sha256(b"x").hexdigest(), size=1))
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    with pytest.raises(errors.InvalidArgument) as err:
+        await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    assert err.value.field_violations[0].field.startswith("spec.workspace.files[")
+    assert not capsule_dir.exists()  # refused before anything was fetched or written
+    assert not (tmp_path / "escape.txt").exists()
+
+
+async def test_a_symlink_in_the_destination_is_never_followed(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    workspace_dir.mkdir()
+    (workspace_dir / "link").symlink_to(outside)
+    req = launch_request(blobs, shell_capsule("true\n", {"link/pwned.txt": b"x"}))
+    with pytest.raises(errors.InvalidArgument, match="symbolic link"):
+        await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    assert list(outside.iterdir()) == []
+
+
+async def test_bad_dataset_name_and_digest_are_invalid(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    req = launch_request(blobs, shell_capsule("true\n"))
+    req.datasets.append(lr_pb.ResolvedDataset(name="../x", ref="a/b@1"))
+    with pytest.raises(errors.InvalidArgument, match="dataset name"):
+        await bundle.materialize(req, *_dirs(tmp_path))
+    req = launch_request(blobs, shell_capsule("true\n"))
+    req.capsule.files.append(ws_pb.WorkspaceFile(path="x", sha256="ABC", size=1))
+    with pytest.raises(errors.InvalidArgument, match="not 64 lowercase hex"):
+        await bundle.materialize(req, *_dirs(tmp_path))
+
+
+async def test_many_files_fetch_concurrently_and_copy_across_devices(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    files = {f"f/{i:03d}.bin": os.urandom(1024 + i) for i in range(40)}
+    req = launch_request(blobs, shell_capsule("true\n", files))
+    shm = pathlib.Path("/dev/shm")
+    other_device = shm.is_dir() and os.stat(shm).st_dev != os.stat(tmp_path).st_dev
+    workspace_dir = (shm / f"sf-test-{os.getpid()}-{tmp_path.name}") if other_device else tmp_path / "ws"
+    try:
+        await bundle.materialize(req, tmp_path / "c", workspace_dir, tmp_path / "cache", concurrency=4)
+        for path, data in files.items():
+            assert (workspace_dir / path).read_bytes() == data
+            assert stat.S_IMODE((workspace_dir / path).stat().st_mode) == 0o644
+    finally:
+        if other_device:
+            shutil.rmtree(workspace_dir, ignore_errors=True)
