@@ -25,6 +25,7 @@ from starforge.job.v1 import job_state_pb2 as st
 from common import errors
 from common.channel import aio_channel, bearer
 from common.rpc_status import from_rpc_error
+from executor_svc import registry
 from executor_svc.local.process_runtime import group_alive
 from tests.integration.blob_server import BlobServer
 from tests.integration.executors.launch_requests import WAIT_FOR_RELEASE, launch_request, shell_capsule
@@ -281,7 +282,7 @@ def test_unknown_kind_and_bad_config_are_clear_errors(run_dir: pathlib.Path) -> 
     exe = shutil.which("starforge-executor") or "starforge-executor"
     proc = subprocess.run([exe, "--kind", "kubernetes"], capture_output=True, text=True, timeout=60, env=executor_env())
     assert proc.returncode == 2
-    assert "unknown executor kind 'kubernetes'; valid kinds: local" in proc.stderr
+    assert f"unknown executor kind 'kubernetes'; valid kinds: {', '.join(registry.valid_kinds())}" in proc.stderr
 
     bad = run_dir / "bad.yaml"
     bad.write_text(yaml.safe_dump({"local": {"runtime": "podman"}}))
