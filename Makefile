@@ -8,7 +8,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
-APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 chromium chromium-driver
+APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver
 
 .PHONY: demo test setup venv system-deps gen gen-check lint capsule unit integration bench soak clean
 

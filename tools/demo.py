@@ -84,7 +84,7 @@ def main() -> int:
         run([SF, "job", "metrics", "latest"], env, cwd=lab)
         job = json.loads(run([SF, "-o", "json", "job", "status", "latest"], env, cwd=lab, capture=True))
         job = job.get("job", job)
-        out_dir = pathlib.Path(job.get("outDir") or job.get("out_dir") or "")
+        out_dir = pathlib.Path(job.get("out_dir", ""))
         checkpoints = sorted((out_dir / "checkpoints").glob("step-*.npz"), key=lambda p: int(p.stem.split("-")[1]))
         if job.get("state") != "JOB_STATE_SUCCEEDED" or not checkpoints:
             raise SystemExit(f"demo: expected SUCCEEDED with a checkpoint, got {job.get('state')} in {out_dir}")

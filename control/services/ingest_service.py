@@ -1,11 +1,20 @@
-"""IngestService servicer: batches from the capsule -> telemetry.ingest -> acks (and stop signals)."""
+"""IngestService servicer: batches from the capsule -> telemetry.ingest -> acks and control signals.
+
+A Report stream is read and answered concurrently: every batch gets its ack, and a stop or pause
+requested for the job is pushed to the capsule at once on the open stream (a job that prints
+nothing still hears it), not only in the answer to its next batch.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.orm import Session
 from starforge.control.v1 import error_reason_pb2
 from starforge.ingest.v1 import ingest_service_pb2 as pb
 from starforge.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
@@ -14,44 +23,110 @@ from common import errors
 from control import auth
 from control.context import Context
 from control.ledger import jobs
+from control.ledger import state_machine as sm
 from control.telemetry import ingest
 
 MAX_RECORDS_PER_BATCH = 5000
+SIGNAL_POLL_SECONDS = 5.0
+
+
+@dataclass
+class _Stream:
+    attempt_id: str = ""
+    job_id: str = ""
+    acked: int = 0
+    signalled: int = pb.CONTROL_SIGNAL_UNSPECIFIED
+
+
+def _pending_signal(s: Session, attempt_id: str) -> int:
+    attempt = jobs.get_attempt(s, attempt_id)
+    job = jobs.get_job(s, attempt.job_id)
+    if attempt.state not in sm.ACTIVE or job.desired not in ("stop", "pause"):
+        return pb.CONTROL_SIGNAL_UNSPECIFIED
+    return pb.CONTROL_SIGNAL_STOP if job.desired == "stop" else pb.CONTROL_SIGNAL_PAUSE
 
 
 class IngestServicer(pb_grpc.IngestServiceServicer):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    async def Report(
-        self, request_iterator: AsyncIterator[pb.ReportRequest], context: Any
-    ) -> AsyncIterator[pb.ReportResponse]:
-        principal = auth.current()
-        attempt_id = ""
+    async def _read(
+        self,
+        request_iterator: AsyncIterator[pb.ReportRequest],
+        principal: auth.Principal,
+        st: _Stream,
+        out: asyncio.Queue[pb.ReportResponse | None],
+    ) -> None:
         async for batch in request_iterator:
             if not batch.attempt_id:
                 raise errors.InvalidArgument("attempt_id is required on every ReportRequest")
-            if attempt_id and batch.attempt_id != attempt_id:
+            if st.attempt_id and batch.attempt_id != st.attempt_id:
                 raise errors.InvalidArgument("one Report stream carries one attempt")
-            attempt_id = batch.attempt_id
+            st.attempt_id = batch.attempt_id
             if len(batch.records) > MAX_RECORDS_PER_BATCH:
                 raise errors.InvalidArgument(f"at most {MAX_RECORDS_PER_BATCH} records per batch")
-            records = list(batch.records)
             applied = await self.ctx.db.run(
                 functools.partial(
-                    ingest.apply_records, attempt_id=attempt_id, records=records, scope_job_id=principal.job_id
+                    ingest.apply_records,
+                    attempt_id=st.attempt_id,
+                    records=list(batch.records),
+                    scope_job_id=principal.job_id,
                 )
             )
+            st.job_id, st.acked = applied.job_id, applied.acked_seq
             if applied.logs_added:
                 self.ctx.notifier.notify(f"logs:{applied.job_id}")
             if applied.transitions:
                 self.ctx.notifier.notify(applied.job_id, f"logs:{applied.job_id}", "schedule", "reconcile")
-            yield pb.ReportResponse(acked_seq=applied.acked_seq, signal=applied.signal)  # type: ignore[arg-type]
+            if applied.signal:
+                st.signalled = applied.signal
+            await out.put(pb.ReportResponse(acked_seq=applied.acked_seq, signal=applied.signal))  # type: ignore[arg-type]
+        await out.put(None)
+
+    async def _watch(self, st: _Stream, out: asyncio.Queue[pb.ReportResponse | None]) -> None:
+        while True:
+            if not st.job_id:
+                await asyncio.sleep(0.2)
+                continue
+            await self.ctx.notifier.wait(st.job_id, SIGNAL_POLL_SECONDS)
+            signal = await self.ctx.db.run(lambda s: _pending_signal(s, st.attempt_id))
+            if signal and signal != st.signalled:
+                st.signalled = signal
+                await out.put(pb.ReportResponse(acked_seq=st.acked, signal=signal))  # type: ignore[arg-type]
+
+    async def Report(
+        self, request_iterator: AsyncIterator[pb.ReportRequest], context: Any
+    ) -> AsyncIterator[pb.ReportResponse]:
+        principal = auth.current()
+        st = _Stream()
+        out: asyncio.Queue[pb.ReportResponse | None] = asyncio.Queue(maxsize=64)
+        reader = asyncio.create_task(self._read(request_iterator, principal, st, out))
+        watcher = asyncio.create_task(self._watch(st, out))
+        try:
+            while True:
+                getter = asyncio.ensure_future(out.get())
+                await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    if reader.exception() is not None:
+                        raise reader.exception()  # type: ignore[misc]
+                    continue  # the reader finished after queueing its last items
+                item = getter.result()
+                if item is None:
+                    return
+                yield item
+        finally:
+            watcher.cancel()
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
 
     async def GetCursor(self, request: pb.GetCursorRequest, context: Any) -> pb.GetCursorResponse:
         principal = auth.current()
 
-        def read(s: Any) -> int:
+        def read(s: Session) -> int:
             attempt = jobs.get_attempt(s, request.attempt_id)
             if attempt.job_id != principal.job_id:
                 raise errors.PermissionDenied(

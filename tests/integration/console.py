@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -121,6 +122,61 @@ class Console:
             job = await self.get(job_id)
         return job
 
+    def sf(
+        self, *args: str, cwd: pathlib.Path | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the real `sf` binary against this console (as a user would)."""
+        env = dict(
+            os.environ,
+            STARFORGE_CONSOLE=self.address,
+            STARFORGE_TOKEN=self.token,
+            STARFORGE_CLIENT_CONFIG=str(self.root / "client.yaml"),
+        )
+        r = subprocess.run(
+            [str(pathlib.Path(sys.executable).parent / "sf"), *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and r.returncode != 0:
+            raise AssertionError(f"sf {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        return r
+
+    async def sf_async(
+        self, *args: str, cwd: pathlib.Path | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """`sf` in a thread, so the in-process control plane keeps serving while it runs."""
+        return await asyncio.to_thread(self.sf, *args, cwd=cwd, check=check, timeout=timeout)
+
+    async def lab(
+        self,
+        experiment: str = "exp",
+        train_sh: str = "#!/usr/bin/env bash\necho hello from train.sh\n",
+        config: Mapping[str, Any] | None = None,
+        files: Mapping[str, str] | None = None,
+        method: str = "custom/custom",
+    ) -> pathlib.Path:
+        """A git lab made with `sf init` and `sf new`, with train.sh/config.yaml/extra files committed."""
+        lab = self.root / f"lab-{experiment}"
+        await self.sf_async("init", str(lab), "--name", "lab")
+        git(lab, "init", "-q")
+        await self.sf_async("new", experiment, "--method", method, cwd=lab)
+        exp = lab / "experiments" / experiment
+        if method == "custom/custom":
+            (exp / "train.sh").write_text(train_sh)
+            (exp / "train.sh").chmod(0o755)
+        cfg = {"image": "host", "observability": "platform", **(config or {})}
+        (exp / "config.yaml").write_text(yaml.safe_dump(cfg))
+        for rel, text in (files or {}).items():
+            (lab / rel).parent.mkdir(parents=True, exist_ok=True)
+            (lab / rel).write_text(text)
+        git(lab, "add", "-A")
+        git(lab, "commit", "-qm", "lab")
+        return lab
+
     async def logs(self, job_id: str) -> list[str]:
         out = []
         async for r in self.jobs.StreamJobLogs(ctl.StreamJobLogsRequest(job_id=job_id), metadata=self.md):
@@ -128,19 +184,39 @@ class Console:
         return out
 
 
-def executor_yaml(root: pathlib.Path, runtime: str, local: Mapping[str, Any] | None = None) -> pathlib.Path:
+def git(cwd: pathlib.Path, *args: str) -> None:
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@starforge.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@starforge.invalid",
+    )
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def executor_yaml(
+    root: pathlib.Path, runtime: str, local: Mapping[str, Any] | None = None, *, kind: str = "local"
+) -> pathlib.Path:
+    """The executor's config file: for `local`, the runtime + a CPU inventory (+ `local` keys);
+    for other kinds, `local` is the kind's whole section."""
     path = root / "executor.yaml"
-    section = {
-        "runtime": runtime,
-        "state_dir": str(root / "executor"),
-        "inventory": [{"series": "cpu", "gpus": 0, "slots": 4}],
-        **(local or {}),
-    }
-    path.write_text(yaml.safe_dump({"local": section}))
+    if kind == "local":
+        section = {
+            "runtime": runtime,
+            "state_dir": str(root / "executor"),
+            "inventory": [{"series": "cpu", "gpus": 0, "slots": 4}],
+            **(local or {}),
+        }
+    else:
+        section = dict(local or {})
+    path.write_text(yaml.safe_dump({kind: section}))
     return path
 
 
-def start_executor_process(root: pathlib.Path, config: pathlib.Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_executor_process(
+    root: pathlib.Path, config: pathlib.Path, kind: str = "local"
+) -> tuple[subprocess.Popen[bytes], str]:
     ready = root / "executor.ready"
     ready.unlink(missing_ok=True)
     log = (root / "executor.log").open("ab")
@@ -150,7 +226,7 @@ def start_executor_process(root: pathlib.Path, config: pathlib.Path) -> tuple[su
             "-m",
             "executor_svc.main",
             "--kind",
-            "local",
+            kind,
             "--config",
             str(config),
             "--listen",
@@ -179,10 +255,15 @@ async def console(
     runtime: str = "process",
     local: Mapping[str, Any] | None = None,
     inventory: list[InventoryConfig] | None = None,
+    kind: str = "local",
     **overrides: Any,
 ) -> AsyncIterator[Console]:
+    """A console whose one fleet ("local", or named after `kind`) is a real executor process.
+
+    `local` holds extra keys of the executor's section (for kind != "local", the whole section).
+    """
     root.mkdir(parents=True, exist_ok=True)
-    proc, address = start_executor_process(root, executor_yaml(root, runtime, local))
+    proc, address = start_executor_process(root, executor_yaml(root, runtime, local, kind=kind), kind)
     cfg = ControlConfig(
         listen="127.0.0.1:0",
         state_dir=root / "console",
@@ -194,8 +275,8 @@ async def console(
         stop_grace_seconds=3,
         fleets=[
             FleetConfig(
-                name="local",
-                kind="local",
+                name="local" if kind == "local" else kind,
+                kind=kind,
                 address=address,
                 inventory=inventory or [InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
             )

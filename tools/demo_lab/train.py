@@ -12,7 +12,6 @@ import sys
 import time
 
 import numpy as np
-
 import starforge
 
 config = json.loads(pathlib.Path(os.environ["FORGE_CONFIG"]).read_text()) if os.environ.get("FORGE_CONFIG") else {}

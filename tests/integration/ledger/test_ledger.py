@@ -33,7 +33,10 @@ def test_transitions_are_recorded_as_events(db: Database) -> None:
 
     job_id = db.run_sync(go)
     events = db.run_sync(
-        lambda s: [(e.from_state, e.to_state) for e in s.scalars(select(m.JobEvent).where(m.JobEvent.job_id == job_id).order_by(m.JobEvent.seq))]
+        lambda s: [
+            (e.from_state, e.to_state)
+            for e in s.scalars(select(m.JobEvent).where(m.JobEvent.job_id == job_id).order_by(m.JobEvent.seq))
+        ]
     )
     assert events == [
         (sm.QUEUED, sm.SUBMITTED),
@@ -94,11 +97,23 @@ def test_ingest_token_scope(db: Database) -> None:
     [
         (0, ["ok"], sm.SUCCEEDED, st.FAILURE_CLASS_UNSPECIFIED),
         (3, ["Traceback", "ValueError: bad"], sm.FAILED, st.FAILURE_CLASS_USER_CODE),
-        (1, ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"], sm.FAILED, st.FAILURE_CLASS_OUT_OF_MEMORY),
-        (1, ["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.parquet'"], sm.FAILED, st.FAILURE_CLASS_DATA),
+        (
+            1,
+            ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"],
+            sm.FAILED,
+            st.FAILURE_CLASS_OUT_OF_MEMORY,
+        ),
+        (
+            1,
+            ["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.parquet'"],
+            sm.FAILED,
+            st.FAILURE_CLASS_DATA,
+        ),
     ],
 )
-def test_command_exit_ends_the_attempt_with_a_diagnosis(db: Database, code: int, lines: list[str], state: int, cls: int) -> None:
+def test_command_exit_ends_the_attempt_with_a_diagnosis(
+    db: Database, code: int, lines: list[str], state: int, cls: int
+) -> None:
     aid = db.run_sync(lambda s: f.attempt(s, f.job(s), to=sm.PENDING).id)
     recs = [
         f.lifecycle_record(1, lifecycle_event_pb2.LIFECYCLE_PHASE_COMMAND_STARTED),

@@ -64,7 +64,9 @@ def _users(db: Database, *names: str) -> None:
 
 
 def _queue(db: Database, owner: str, n: int, gpus: int = 8) -> list[str]:
-    return db.run_sync(lambda s: [f.job(s, owner=owner, series="h200", gpus=gpus, fleets=("gpu",)).id for _ in range(n)])
+    return db.run_sync(
+        lambda s: [f.job(s, owner=owner, series="h200", gpus=gpus, fleets=("gpu",)).id for _ in range(n)]
+    )
 
 
 def _finish(db: Database, job_id: str) -> None:
@@ -156,7 +158,9 @@ def test_closed_window_waits_and_stops_running_jobs(db: Database, tmp_path: path
     ctx = _ctx(
         db,
         tmp_path,
-        fleets=[FleetConfig("gpu", "local", "127.0.0.1:9", inventory=[InventoryConfig("h200", 1, 8)], window=closed_window)],
+        fleets=[
+            FleetConfig("gpu", "local", "127.0.0.1:9", inventory=[InventoryConfig("h200", 1, 8)], window=closed_window)
+        ],
     )
     s = Scheduler(ctx)
     _users(db, "alice")

@@ -19,11 +19,20 @@ from recipes.catalog import ParameterDecl, RecipeDecl, RuntimeDecl
 
 ALL = [sm.QUEUED, sm.SUBMITTED, sm.PENDING, sm.RUNNING, sm.SUCCEEDED, sm.FAILED, sm.STOPPED, sm.PAUSED]
 DESIGN = {
-    (sm.QUEUED, sm.SUBMITTED), (sm.SUBMITTED, sm.PENDING), (sm.PENDING, sm.RUNNING),
-    (sm.RUNNING, sm.SUCCEEDED), (sm.RUNNING, sm.FAILED), (sm.RUNNING, sm.STOPPED), (sm.RUNNING, sm.PAUSED),
-    (sm.PAUSED, sm.QUEUED), (sm.FAILED, sm.QUEUED), (sm.STOPPED, sm.QUEUED),
+    (sm.QUEUED, sm.SUBMITTED),
+    (sm.SUBMITTED, sm.PENDING),
+    (sm.PENDING, sm.RUNNING),
+    (sm.RUNNING, sm.SUCCEEDED),
+    (sm.RUNNING, sm.FAILED),
+    (sm.RUNNING, sm.STOPPED),
+    (sm.RUNNING, sm.PAUSED),
+    (sm.PAUSED, sm.QUEUED),
+    (sm.FAILED, sm.QUEUED),
+    (sm.STOPPED, sm.QUEUED),
 }
-EARLY_END = {(a, b) for a in (sm.QUEUED, sm.SUBMITTED, sm.PENDING) for b in (sm.STOPPED, sm.FAILED)} | {(sm.PENDING, sm.PAUSED)}
+EARLY_END = {(a, b) for a in (sm.QUEUED, sm.SUBMITTED, sm.PENDING) for b in (sm.STOPPED, sm.FAILED)} | {
+    (sm.PENDING, sm.PAUSED)
+}
 
 
 @pytest.mark.parametrize(("a", "b"), list(itertools.product(ALL, ALL)))
@@ -74,9 +83,14 @@ def test_bad_profiles_say_what_is_valid(text: str, message: str) -> None:
 
 def test_several_pools_must_be_named() -> None:
     with pytest.raises(errors.InvalidArgument, match="name each pool"):
-        profiles.resolve([job_spec_pb2.PoolRequest(profile="h200:8"), job_spec_pb2.PoolRequest(profile="h100:2")], REG, "")
+        profiles.resolve(
+            [job_spec_pb2.PoolRequest(profile="h200:8"), job_spec_pb2.PoolRequest(profile="h100:2")], REG, ""
+        )
     pools = profiles.resolve(
-        [job_spec_pb2.PoolRequest(name="train", profile="h200:8"), job_spec_pb2.PoolRequest(name="rollout", profile="h100:2")],
+        [
+            job_spec_pb2.PoolRequest(name="train", profile="h200:8"),
+            job_spec_pb2.PoolRequest(name="rollout", profile="h100:2"),
+        ],
         REG,
         "",
     )
@@ -114,7 +128,10 @@ def test_overrides_are_typed_and_nested() -> None:
 @pytest.mark.parametrize(
     ("pair", "message"),
     [
-        (("grpo.kl_coeff", "0.1"), "-s grpo.kl_coeff: verl/grpo has no parameter 'grpo.kl_coeff'; did you mean grpo.kl_coef?"),
+        (
+            ("grpo.kl_coeff", "0.1"),
+            "-s grpo.kl_coeff: verl/grpo has no parameter 'grpo.kl_coeff'; did you mean grpo.kl_coef?",
+        ),
         (("grpo.kl_coef", "abc"), "-s grpo.kl_coef=abc: expected a float"),
         (("grpo.kl_coef", "11"), "11.0 is above the maximum 10 for grpo.kl_coef"),
         (("rollout.n", "1.5"), "-s rollout.n=1.5: expected an int"),

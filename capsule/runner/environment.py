@@ -1,0 +1,41 @@
+"""The training command's environment: the runner's own, minus its secrets, plus the SDK's hooks."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping
+
+from .capsule_file import CapsuleSpec
+
+# Never visible to training code: the ingest token is the runner's alone.
+SECRET_VARIABLES = ("FORGE_INGEST_TOKEN",)
+
+
+def training_env(
+    environ: Mapping[str, str],
+    *,
+    spec: CapsuleSpec,
+    capsule_dir: pathlib.Path,
+    report_socket: str,
+    config_path: pathlib.Path,
+) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in environ.items()
+        # PEX and _PEX_* are set by the pex runtime for the runner itself (its cache lock, its
+        # path); a pex started by training code must not inherit them.
+        if key not in SECRET_VARIABLES and key != "PEX" and not key.startswith("_PEX_")
+    }
+    env["FORGE_REPORT_SOCKET"] = report_socket
+    env["FORGE_CONFIG"] = str(config_path)
+    env.setdefault("FORGE_JOB_ID", spec.job_id)
+    env.setdefault("FORGE_ATTEMPT_ID", spec.attempt_id)
+    env.setdefault("FORGE_ATTEMPT_NUMBER", str(spec.attempt_number))
+    # Python writes to a pipe in 4 KiB blocks; users expect their prints in the log as they happen.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if spec.run.observability == "platform":
+        sdk = str(capsule_dir / "sdk")
+        current = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = sdk + (os.pathsep + current if current else "")
+    return env

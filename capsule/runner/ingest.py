@@ -1,0 +1,236 @@
+"""Streaming the journal to the control plane's IngestService.Report, forever, until drained.
+
+The sender owns no data: it reads records from the journal, sends them in batches, and moves the
+journal's acknowledged cursor when ReportResponse.acked_seq arrives. After any failure it reconnects
+with backoff (capped at ~2 s), asks GetCursor where the server stands, and resends from there. At
+most ``window_records`` records are in flight; beyond that it waits for acks, and the journal on
+disk is the buffer. Training never waits for the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from grpclib.client import Channel, Stream
+from grpclib.const import Cardinality
+from sfpb.starforge.ingest import v1 as ingest
+
+from .journal import Journal
+
+REPORT_ROUTE = "/starforge.ingest.v1.IngestService/Report"
+BACKOFF_START = 0.1
+BACKOFF_CAP = 2.0
+CURSOR_TIMEOUT = 10.0
+# Records sent but not acknowledged for this long mean a dead connection: reconnect.
+ACK_TIMEOUT = 20.0
+# A failure is printed once, then at most this often while it lasts.
+COMPLAIN_EVERY = 30.0
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Parse FORGE_INGEST_ADDR ("host:port", "[v6]:port")."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"FORGE_INGEST_ADDR must be host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class IngestSender:
+    """Keeps one Report stream open and feeds it from the journal."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        address: str,
+        token: str,
+        attempt_id: str,
+        on_signal: Callable[[ingest.ControlSignal], None],
+        window_records: int = 1024,
+        batch_records: int = 128,
+        batch_bytes: int = 1 << 20,
+    ) -> None:
+        self._journal = journal
+        self._host, self._port = parse_address(address)
+        self._metadata = {"authorization": f"Bearer {token}"}
+        self._attempt_id = attempt_id
+        self._on_signal = on_signal
+        self._window = window_records
+        self._batch_records = batch_records
+        self._batch_bytes = batch_bytes
+        self._wake = asyncio.Event()  # the send loop: new records, acks, closing
+        self._acked = asyncio.Event()  # drain(): the acknowledged cursor moved
+        self._closing = False
+        self._drain_deadline = float("inf")
+        self._last_complaint = 0.0
+        self._failures = 0
+        self.connected = False
+
+    # -- called by the runner ----------------------------------------------------------------
+
+    def notify(self) -> None:
+        """A record was journalled."""
+        self._wake.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait until everything journalled so far is acknowledged; False on timeout."""
+        target = self._journal.last_seq
+        self._drain_deadline = time.monotonic() + timeout
+        while self._journal.acked_seq < target:
+            left = self._drain_deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._acked.clear()
+            if self._journal.acked_seq >= target:
+                break
+            # asyncio.TimeoutError, not TimeoutError: they differ on Python 3.10.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._acked.wait(), min(left, 0.5))
+        return True
+
+    def shorten_drain(self, seconds: float) -> None:
+        """Give drain() at most ``seconds`` more (the container is being stopped)."""
+        self._drain_deadline = min(self._drain_deadline, time.monotonic() + seconds)
+        self._acked.set()
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+
+    # -- the connection loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        backoff = BACKOFF_START
+        while not self._closing:
+            channel = Channel(self._host, self._port)
+            try:
+                await self._session(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not self._closing:
+                    self._complain(exc)
+            finally:
+                if self.connected:
+                    backoff = BACKOFF_START  # it worked for a while: retry promptly
+                self.connected = False
+                channel.close()
+            if self._closing:
+                return
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, BACKOFF_CAP)
+
+    async def _session(self, channel: Channel) -> None:
+        stub = ingest.IngestServiceStub(channel, metadata=self._metadata)
+        cursor = await stub.get_cursor(ingest.GetCursorRequest(attempt_id=self._attempt_id), timeout=CURSOR_TIMEOUT)
+        self._ack(cursor.acked_seq)
+        async with channel.request(
+            REPORT_ROUTE,
+            Cardinality.STREAM_STREAM,
+            ingest.ReportRequest,
+            ingest.ReportResponse,
+            metadata=self._metadata,
+        ) as stream:
+            await stream.send_request()
+            if self._failures:
+                print(f"starforge: reconnected to the console at {self._host}:{self._port}", file=sys.stderr)
+            self._failures = 0
+            self.connected = True
+            receiver = asyncio.ensure_future(self._receive(stream))
+            try:
+                await self._send_loop(stream, receiver)
+            finally:
+                if not receiver.done():
+                    receiver.cancel()
+                    await asyncio.gather(receiver, return_exceptions=True)
+
+    async def _send_loop(
+        self, stream: Stream[ingest.ReportRequest, ingest.ReportResponse], receiver: asyncio.Future[None]
+    ) -> None:
+        next_seq = self._journal.acked_seq + 1
+        last_progress = time.monotonic()
+        acked_before = self._journal.acked_seq
+        while True:
+            if receiver.done():
+                receiver.result()  # raises the stream's error, if any
+                raise ConnectionError("the console closed the report stream")
+            if self._journal.acked_seq > acked_before:
+                acked_before = self._journal.acked_seq
+                last_progress = time.monotonic()
+            next_seq = max(next_seq, self._journal.acked_seq + 1)
+            in_flight = next_seq - 1 - self._journal.acked_seq
+            if self._closing and self._journal.acked_seq >= self._journal.last_seq:
+                await self._finish(stream, receiver)
+                return
+            if in_flight and time.monotonic() - last_progress > ACK_TIMEOUT:
+                raise TimeoutError(f"no acknowledgement from the console for {ACK_TIMEOUT:.0f} s")
+            room = self._window - in_flight
+            if room > 0 and next_seq <= self._journal.last_seq:
+                batch = self._journal.read(
+                    next_seq, max_records=min(room, self._batch_records), max_bytes=self._batch_bytes
+                )
+                records = [ingest.Record.parse(payload) for _seq, payload in batch]
+                request = ingest.ReportRequest(attempt_id=self._attempt_id, records=records)
+                # HTTP/2 flow control can block a send on a dead peer: bound it like an ack.
+                await asyncio.wait_for(stream.send_message(request), ACK_TIMEOUT)
+                next_seq = batch[-1][0] + 1
+                continue
+            self._wake.clear()
+            waiter = asyncio.ensure_future(self._wake.wait())
+            waiting: list[asyncio.Future[Any]] = [waiter, receiver]
+            await asyncio.wait(waiting, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+
+    async def _finish(
+        self, stream: Stream[ingest.ReportRequest, ingest.ReportResponse], receiver: asyncio.Future[None]
+    ) -> None:
+        """Half-close the stream and give the server a moment to end it cleanly."""
+        try:
+            await stream.end()
+            await asyncio.wait_for(asyncio.shield(receiver), 2.0)
+        except Exception:  # noqa: S110 - everything is acknowledged; a messy close loses nothing
+            pass
+
+    async def _receive(self, stream: Stream[ingest.ReportRequest, ingest.ReportResponse]) -> None:
+        while True:
+            response = await stream.recv_message()
+            if response is None:
+                return
+            self._ack(response.acked_seq)
+            if response.signal != ingest.ControlSignal.UNSPECIFIED:
+                self._on_signal(response.signal)
+
+    def _ack(self, seq: int) -> None:
+        before = self._journal.acked_seq
+        self._journal.ack(seq)
+        if self._journal.acked_seq != before:
+            self._wake.set()
+            self._acked.set()
+
+    def _complain(self, exc: BaseException) -> None:
+        self._failures += 1
+        now = time.monotonic()
+        if self._failures == 1 or now - self._last_complaint >= COMPLAIN_EVERY:
+            self._last_complaint = now
+            unacked = self._journal.unacked
+            print(
+                f"starforge: console at {self._host}:{self._port} unreachable ({_describe(exc)}); "
+                f"training continues, {unacked} records wait in the journal; retrying",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    status = getattr(exc, "status", None)
+    if status is not None:
+        message = getattr(exc, "message", None) or ""
+        text = f"{getattr(status, 'name', status)}: {message}".rstrip(": ")
+    return text if len(text) <= 200 else text[:197] + "..."

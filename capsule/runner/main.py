@@ -1,0 +1,307 @@
+"""The runner: start the training command, report everything, exit with the command's code.
+
+Order of events in the journal: RUNNER_STARTED, SYSTEM "running ...", COMMAND_STARTED, logs /
+metrics / samples, SYSTEM "... exited with code N", COMMAND_EXITED. A check that fails before the
+command starts gives RUNNER_FAILED (PRECHECK, exit 96); a bug or broken environment in the runner
+gives RUNNER_FAILED (INFRA, exit 95). Stop requests (SIGTERM/SIGINT to the runner, STOP/PAUSE
+from the console) give SIGNALLED and a SIGTERM to the command's process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import shlex
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+from sfpb.starforge.ingest import v1 as ingest
+
+from .adapters import AdapterContext, get_adapter
+from .capsule_file import CapsuleSpec, read_capsule
+from .diagnose import FailureHints
+from .environment import training_env
+from .errors import EXIT_PRECHECK, EXIT_RUNNER_ERROR, PrecheckError, RunnerConfigError
+from .ingest import IngestSender
+from .journal import Journal, JournalError
+from .logs import LogForwarder
+from .process import TrainingProcess, exit_status
+from .reporter import FailureClass, LogStream, Phase, Reporter
+from .settings import RunnerSettings
+from .telemetry import TelemetryListener
+
+# After the command exits, how long processes it left behind may keep its output pipes open.
+PIPE_GRACE_SECONDS = 1.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# A stop that arrives while the last records are being delivered leaves them this long.
+DRAIN_AFTER_STOP_SECONDS = 2.0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Runner:
+    def __init__(self, settings: RunnerSettings, environ: dict[str, str]) -> None:
+        self._settings = settings
+        self._environ = environ
+        self._spec: CapsuleSpec | None = None
+        self._spec_error: Exception | None = None
+        self._reporter: Reporter | None = None
+        self._proc: TrainingProcess | None = None
+        self._command_name = "the training command"
+        self._stop_task: asyncio.Future[None] | None = None
+        self._stop_requested = False
+        self._stopped_by_us = False
+        self._sender: IngestSender | None = None
+        self._draining = False
+
+    async def run(self) -> int:
+        try:
+            self._spec = read_capsule(self._settings.capsule_dir)
+            attempt_id = self._spec.attempt_id
+        except (OSError, ValueError) as exc:
+            self._spec_error = exc
+            attempt_id = self._environ.get("FORGE_ATTEMPT_ID", "")
+        try:
+            journal = Journal(self._settings.scratch_dir / "journal")
+        except JournalError as exc:
+            print(f"starforge: {exc}; cannot report anything", file=sys.stderr, flush=True)
+            return EXIT_RUNNER_ERROR
+        sender = IngestSender(
+            journal,
+            address=self._settings.ingest_addr,
+            token=self._settings.ingest_token,
+            attempt_id=attempt_id,
+            on_signal=self._on_control_signal,
+        )
+        self._sender = sender
+        reporter = self._reporter = Reporter(journal, on_record=sender.notify)
+        sender_task = asyncio.ensure_future(sender.run())
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self._on_runner_signal, sig)
+        try:
+            code = await self._attempt(reporter)
+            self._draining = True
+            # Signals stay handled while draining: a stop now shortens the drain, and the exit code
+            # stays the command's.
+            await self._drain(sender, journal)
+        finally:
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+        sender.close()
+        try:
+            await asyncio.wait_for(sender_task, 3.0)
+        except Exception:  # asyncio.TimeoutError included (not a TimeoutError on 3.10)
+            sender_task.cancel()
+        journal.close()
+        return code
+
+    async def _drain(self, sender: IngestSender, journal: Journal) -> None:
+        if await sender.drain(self._settings.drain_seconds):
+            return
+        print(
+            f"starforge: {journal.unacked} records were not acknowledged by the console within "
+            f"{self._settings.drain_seconds:g} s (FORGE_INGEST_DRAIN_SECONDS); they remain in "
+            f"{journal.directory}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    # -- the attempt -------------------------------------------------------------------------
+
+    async def _attempt(self, reporter: Reporter) -> int:
+        reporter.lifecycle(Phase.RUNNER_STARTED, details=self._runner_facts())
+        try:
+            if self._spec_error is not None:
+                raise RuntimeError(f"cannot read capsule.json: {self._spec_error}")
+            assert self._spec is not None
+            return await self._run_command(reporter, self._spec)
+        except PrecheckError as exc:
+            reporter.system(f"starforge: {exc}")
+            reporter.lifecycle(Phase.RUNNER_FAILED, message=str(exc), failure_class=FailureClass.PRECHECK)
+            return EXIT_PRECHECK
+        except Exception as exc:
+            traceback.print_exc()
+            message = f"runner internal error: {type(exc).__name__}: {exc}"
+            if self._proc is not None and self._proc.returncode is None:
+                await self._proc.stop(self._settings.stop_grace_seconds)
+            reporter.system(f"starforge: {message}")
+            reporter.lifecycle(Phase.RUNNER_FAILED, message=message, failure_class=FailureClass.INFRA)
+            return EXIT_RUNNER_ERROR
+
+    async def _run_command(self, reporter: Reporter, spec: CapsuleSpec) -> int:
+        settings = self._settings
+        adapter = get_adapter(spec.run.adapter)
+        config_path = settings.scratch_dir / "config.json"
+        config_path.write_text(json.dumps(spec.run.config, indent=2, sort_keys=True) + "\n")
+        ctx = AdapterContext(
+            run=spec.run,
+            capsule_dir=settings.capsule_dir,
+            workspace_dir=settings.workspace_dir,
+            scratch_dir=settings.scratch_dir,
+            config_path=config_path,
+        )
+        command = adapter.command(ctx)
+        self._command_name = command.name
+        loop = asyncio.get_running_loop()
+        hints = FailureHints()
+        listener = TelemetryListener(reporter, attempt_id=spec.attempt_id, scratch_dir=settings.scratch_dir)
+        with listener as telemetry:
+            telemetry.start(loop)
+            env = training_env(
+                self._environ,
+                spec=spec,
+                capsule_dir=settings.capsule_dir,
+                report_socket=telemetry.name,
+                config_path=config_path,
+            )
+            env.update(command.env)
+            if self._stop_requested:
+                reporter.system(f"starforge: stopped before {command.display} started")
+                return 128 + signal.SIGTERM
+            reporter.system(f"starforge: running {command.display}")
+            proc = self._proc = await TrainingProcess.start(command.argv, cwd=command.cwd, env=env)
+            reporter.lifecycle(
+                Phase.COMMAND_STARTED,
+                details={"command": shlex.join(command.argv), "pid": str(proc.pid), "cwd": str(command.cwd)},
+            )
+            out = LogForwarder(reporter, LogStream.STDOUT, _binary(sys.stdout))
+            err = LogForwarder(reporter, LogStream.STDERR, _binary(sys.stderr), hints.observe)
+            pumps: list[asyncio.Future[None]] = [
+                asyncio.ensure_future(out.pump(proc.stdout)),
+                asyncio.ensure_future(err.pump(proc.stderr)),
+            ]
+            if self._stop_requested:
+                self._start_stop("stop requested before the command started", "SIGTERM")
+            returncode = await proc.wait()
+            await self._finish_pipes(proc, pumps)
+            telemetry.drain()
+        if self._stop_task is not None:
+            await self._stop_task
+        code, sig = exit_status(returncode)
+        if sig:
+            text = f"{command.name} was killed by {_signal_name(sig)} (exit code {code})"
+        else:
+            text = f"{command.name} exited with code {code}"
+        reporter.system(f"starforge: {text}")
+        reporter.lifecycle(
+            Phase.COMMAND_EXITED,
+            exit_code=code,
+            signal=sig,
+            message=text,
+            failure_class=hints.classify(code, stopped=self._stopped_by_us),
+        )
+        return code
+
+    async def _finish_pipes(self, proc: TrainingProcess, pumps: list[asyncio.Future[None]]) -> None:
+        """Collect the last output; kill what the command left running in its group."""
+        _done, pending = await asyncio.wait(pumps, timeout=PIPE_GRACE_SECONDS)
+        proc.kill_leftovers()
+        if pending:
+            assert self._reporter is not None
+            self._reporter.system(
+                f"starforge: {self._command_name} exited but processes it started kept its output open; killed them"
+            )
+            _done, pending = await asyncio.wait(pending, timeout=PIPE_GRACE_SECONDS)
+            for pump in pending:
+                pump.cancel()
+        for pump in pumps:
+            error = None if pump.cancelled() or not pump.done() else pump.exception()
+            if error is not None:
+                raise error
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def _on_runner_signal(self, sig: int) -> None:
+        name = _signal_name(sig)
+        if self._draining and self._sender is not None:
+            print(
+                f"starforge: {name} while reporting the last records: {DRAIN_AFTER_STOP_SECONDS:g} s more",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._sender.shorten_drain(DRAIN_AFTER_STOP_SECONDS)
+            return
+        if self._stop_task is not None and self._proc is not None:
+            # A second Ctrl-C / SIGTERM: do not wait for the grace period.
+            print(f"starforge: {name} again: killing {self._command_name} now", file=sys.stderr, flush=True)
+            self._proc.signal_group(signal.SIGKILL)
+            return
+        self._start_stop(f"the runner received {name}", name)
+
+    def _on_control_signal(self, control: ingest.ControlSignal) -> None:
+        if control == ingest.ControlSignal.STOP:
+            self._start_stop("the console asked to stop the job", "STOP")
+        elif control == ingest.ControlSignal.PAUSE:
+            self._start_stop("the console asked to pause the job", "PAUSE")
+
+    def _start_stop(self, reason: str, source: str) -> None:
+        if self._stop_task is not None:
+            return
+        if self._proc is None:
+            if not self._stop_requested and self._reporter is not None:
+                self._reporter.lifecycle(Phase.SIGNALLED, message=reason, details={"signal": source})
+            self._stop_requested = True  # acted on once the command is about to start
+            return
+        if self._proc.returncode is not None:
+            return
+        self._stop_task = asyncio.ensure_future(self._stop(reason, source))
+
+    async def _stop(self, reason: str, source: str) -> None:
+        assert self._proc is not None
+        assert self._reporter is not None
+        grace = self._settings.stop_grace_seconds
+        self._stopped_by_us = True
+        if not self._stop_requested:
+            self._reporter.lifecycle(Phase.SIGNALLED, message=reason, details={"signal": source})
+        self._reporter.system(
+            f"starforge: {reason}: sending SIGTERM to {self._command_name}, SIGKILL after {grace:g} s"
+        )
+        if await self._proc.stop(grace):
+            self._reporter.system(
+                f"starforge: {self._command_name} did not exit within {grace:g} s of SIGTERM; sent SIGKILL"
+            )
+
+    def _runner_facts(self) -> dict[str, str]:
+        facts = {
+            "python": platform.python_version(),
+            "host": socket.gethostname(),
+            "runner_pid": str(os.getpid()),
+        }
+        if self._spec is not None:
+            facts["runner"] = self._spec.runner
+        if self._environ.get("FORGE_RESUME") == "1":
+            facts["resume"] = "1"
+        return facts
+
+
+def _binary(stream: Any) -> Any:
+    return getattr(stream, "buffer", None)
+
+
+def main(environ: dict[str, str] | None = None) -> int:
+    env = dict(os.environ if environ is None else environ)
+    try:
+        settings = RunnerSettings.from_environ(env)
+    except RunnerConfigError as exc:
+        print(f"starforge: runner cannot start: {exc}", file=sys.stderr, flush=True)
+        return EXIT_RUNNER_ERROR
+    try:
+        return asyncio.run(Runner(settings, env).run())
+    except Exception:
+        traceback.print_exc()
+        return EXIT_RUNNER_ERROR
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Issue 2's must-shows through the real `sf` binary against a live console."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+
+from starforge.job.v1 import job_state_pb2 as st
+
+from tests.integration.console import console
+
+
+async def test_submit_follow_status_and_exit_code(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        ok = await c.lab("ok", "#!/usr/bin/env bash\necho hello from train.sh\n")
+        r = await c.sf_async("submit", "ok", "--profile", "cpu", "--follow", cwd=ok)
+        assert "hello from train.sh" in r.stdout
+        bad = await c.lab("bad", "#!/usr/bin/env bash\necho failing >&2\nexit 3\n")
+        r = await c.sf_async("submit", "bad", "--follow", cwd=bad, check=False)
+        assert r.returncode == 1, r.stdout + r.stderr
+        status = await c.sf_async("job", "status", "latest")
+        assert "FAILED" in status.stdout
+        assert "exit code 3" in status.stdout
+        data = json.loads((await c.sf_async("-o", "json", "job", "status", "latest")).stdout)
+        job = data.get("job", data)
+        assert job["state"] == "JOB_STATE_FAILED"
+        assert job["attempts"][-1]["exit_code"] == 3
+
+
+async def test_bad_input_gets_one_message_and_nonzero_exit(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp")
+        cases = [
+            (("submit", "nope"), 2, "unknown experiment"),
+            (("submit", "exp", "-s", "stepz=3"), 3, "has no key 'stepz'"),
+            (("submit", "exp", "--profile", "h200:12"), 3, "12 GPUs do not fill whole h200 nodes"),
+        ]
+        for args, code, text in cases:
+            r = await c.sf_async(*args, cwd=lab, check=False)
+            assert r.returncode == code, (args, r.returncode, r.stdout, r.stderr)
+            assert text in (r.stderr + r.stdout), (args, r.stderr)
+            assert "Traceback" not in r.stderr
+        (lab / "experiments" / "exp" / "train.sh").unlink()
+        r = await c.sf_async("submit", "exp", "--allow-dirty", cwd=lab, check=False)
+        assert r.returncode == 2 and "train.sh" in r.stderr and "Traceback" not in r.stderr
+        (lab / "starforge.yaml").write_text("project: [unclosed\n")
+        r = await c.sf_async("job", "ls", cwd=lab, check=False)
+        r2 = await c.sf_async("submit", "exp", cwd=lab, check=False)
+        assert r2.returncode == 2 and "starforge.yaml" in r2.stderr and "Traceback" not in r2.stderr
+        # wrong token
+        env_token = c.token
+        c.token = "sfp_aaaaaaaaaa_" + "b" * 43
+        r = await c.sf_async("job", "ls", check=False)
+        c.token = env_token
+        assert r.returncode == 4 and "token" in r.stderr and "Traceback" not in r.stderr
+        # nothing was queued by any of the refusals
+        jobs = json.loads((await c.sf_async("-o", "json", "job", "ls")).stdout)
+        assert (jobs.get("jobs") if isinstance(jobs, dict) else jobs) in ([], None)
+        assert r is not None
+
+
+async def test_console_not_reachable(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{s.getsockname()[1]}"
+        r = await c.sf_async("--console", dead, "job", "ls", check=False)
+        assert r.returncode == 5
+        assert f"cannot reach the console at {dead}" in r.stderr
+        assert "Traceback" not in r.stderr
+        assert st.JOB_STATE_QUEUED
