@@ -40,6 +40,7 @@ from control.context import Context
 from control.db import migrate
 from control.db import models as m
 from control.db.engine import Database
+from control.envoy import Envoy
 from control.events import Notifier
 from control.executors import ExecutorPool
 from control.http_ops import OpsServer
@@ -67,6 +68,11 @@ class ControlApp:
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     ops: OpsServer | None = None
+    envoy: Envoy | None = None
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{self.envoy.listen}/" if self.envoy is not None else ""
 
     @property
     def address(self) -> str:
@@ -76,6 +82,8 @@ class ControlApp:
         self.stop_event.set()
         self.ctx.notifier.notify("schedule", "reconcile")
         await self.server.stop(grace)
+        if self.envoy is not None:
+            await asyncio.to_thread(self.envoy.stop)
         if self.ops is not None:
             self.ops.stop()
         for t in self.tasks:
@@ -201,17 +209,22 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
     host = cfg.listen.rsplit(":", 1)[0]
     ctx.public_address = cfg.public_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
     ops = None
-    if cfg.http_listen:
-        ops = OpsServer(cfg.http_listen, store, verifier, run_blobs.allowed, asyncio.get_running_loop())
+    http_listen = cfg.http_listen or ("127.0.0.1:0" if cfg.ui_listen else "")
+    if http_listen:
+        ops = OpsServer(http_listen, store, verifier, run_blobs.allowed, asyncio.get_running_loop(), ui_dir=cfg.ui_dir)
         ops.start()
-        http_host = cfg.http_listen.rsplit(":", 1)[0]
+        http_host = http_listen.rsplit(":", 1)[0]
         http_host = "127.0.0.1" if http_host in ("0.0.0.0", "[::]", "") else http_host
         ctx.public_http_url = cfg.public_http_url or f"http://{http_host}:{ops.port}"
     await server.start()
+    front = None
+    if cfg.ui_listen and ops is not None:
+        front = Envoy(state_dir, cfg.ui_listen, f"127.0.0.1:{port}", f"127.0.0.1:{ops.port}")
+        await asyncio.to_thread(front.start)
     scheduler = Scheduler(ctx)
     reconciler = Reconciler(ctx, scheduler)
     ctx.stop_attempt = lambda attempt_id, fleet: scheduler.spawn(reconciler.stop_attempt(attempt_id, fleet))
-    app = ControlApp(ctx, server, port, scheduler, reconciler, ops=ops)
+    app = ControlApp(ctx, server, port, scheduler, reconciler, ops=ops, envoy=front)
     await executors.check_all()
     await reconciler.tick()  # crash recovery first: catch up with every executor
     app.tasks = [

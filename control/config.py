@@ -113,6 +113,11 @@ class ControlConfig:
     http_listen: str = ""
     # URL jobs use to reach http_listen; empty means http://<http_listen>.
     public_http_url: str = ""
+    # The web console: envoy (grpc_web) listens here and serves the UI and the API on one origin;
+    # empty disables it. Needs the HTTP port (one on 127.0.0.1 is opened when http_listen is empty).
+    ui_listen: str = ""
+    # The built web UI (web/dist); served at / on the HTTP port.
+    ui_dir: pathlib.Path = pathlib.Path(__file__).resolve().parents[1] / "web" / "dist"
     hf_endpoint: str = "https://huggingface.co"
     hf_token: str = ""
     log_level: str = "info"

@@ -148,7 +148,13 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
         proc.wait()
 
 
-def console_config(state_dir: pathlib.Path, listen: str, executor_address: str) -> ControlConfig:
+def default_ui_listen(listen: str) -> str:
+    """The web console's address for a console on `listen`: the same host, port + 10 (7070 -> 7080)."""
+    host, _, port = listen.rpartition(":")
+    return f"{host}:{int(port) + 10}" if port.isdigit() and int(port) else ""
+
+
+def console_config(state_dir: pathlib.Path, listen: str, executor_address: str, ui_listen: str = "") -> ControlConfig:
     path = state_dir / "console.yaml"
     _write_default(path, CONSOLE_DEFAULTS)
     cfg = load_config(ControlConfig, path, {})
@@ -156,6 +162,7 @@ def console_config(state_dir: pathlib.Path, listen: str, executor_address: str) 
         cfg,
         listen=listen,
         state_dir=state_dir,
+        ui_listen=ui_listen if (cfg.ui_dir / "index.html").exists() else "",
         capsule_dir=ensure_capsule(),
         bootstrap_admin=cfg.bootstrap_admin or admin_name(),
         fleets=[
@@ -181,6 +188,7 @@ async def _serve(cfg: ControlConfig, ready_file: pathlib.Path | None) -> None:
                     "address": app.address,
                     "user": cfg.bootstrap_admin,
                     "token_file": str(cfg.resolved_state_dir / "admin-token"),
+                    "ui": app.ui_url,
                     "pid": os.getpid(),
                 }
             )
@@ -200,6 +208,7 @@ def run_embedded(
     *,
     runtime: str = "process",
     ready_file: pathlib.Path | None = None,
+    ui_listen: str | None = None,
 ) -> int:
     """Run the embedded console until SIGTERM/SIGINT. Returns an exit code."""
     if runtime not in RUNTIMES:
@@ -208,7 +217,8 @@ def run_embedded(
     state_dir.mkdir(parents=True, exist_ok=True)
     proc, address = start_executor(state_dir, runtime)
     try:
-        cfg = console_config(state_dir, listen, address)
+        ui = default_ui_listen(listen) if ui_listen is None else ui_listen
+        cfg = console_config(state_dir, listen, address, ui)
         asyncio.run(_serve(cfg, ready_file))
     finally:
         stop_process(proc)

@@ -1,4 +1,4 @@
-"""The control plane's HTTP port: /healthz, Prometheus /metrics, and GET /v1/blobs/<sha256>.
+"""The control plane's HTTP port: /healthz, Prometheus /metrics, GET /v1/blobs/<sha256>, the web UI.
 
 Blobs over plain HTTP exist for pods that fetch their capsule with the image's own Python before
 anything else runs (the kuberay executor's init container); they take the same bearer tokens
@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import http.server
 import logging
+import mimetypes
+import pathlib
 import re
 import threading
 from collections.abc import Callable, Coroutine
@@ -34,6 +36,7 @@ class OpsServer:
         verifier: TokenVerifier,
         run_blob_check: Callable[[str, str], Coroutine[Any, Any, bool]],
         loop: asyncio.AbstractEventLoop,
+        ui_dir: pathlib.Path | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         ops = self
@@ -59,11 +62,17 @@ class OpsServer:
                     self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
                     return
                 m = BLOB_PATH.match(self.path)
-                if m is None:
+                if m is not None:
+                    ops.serve_blob(self, m.group(1))
+                    return
+                static = ops.static_file(self.path)
+                if static is None:
                     self._send(404, b"not found\n")
                     return
-                ops.serve_blob(self, m.group(1))
+                ctype = mimetypes.guess_type(static.name)[0] or "application/octet-stream"
+                self._send(200, static.read_bytes(), ctype)
 
+        self.ui_dir = ui_dir.resolve() if ui_dir is not None else None
         self.store = store
         self.verifier = verifier
         self.run_blob_check = run_blob_check
@@ -79,6 +88,16 @@ class OpsServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def static_file(self, path: str) -> pathlib.Path | None:
+        """A file of the built UI for a request path ("/" is index.html), never outside ui_dir."""
+        if self.ui_dir is None:
+            return None
+        rel = path.split("?", 1)[0].lstrip("/") or "index.html"
+        target = (self.ui_dir / rel).resolve()
+        if not target.is_relative_to(self.ui_dir) or not target.is_file():
+            return None
+        return target
 
     def _principal(self, header: str | None) -> Principal:
         token = header[len("Bearer ") :].strip() if header and header.startswith("Bearer ") else None

