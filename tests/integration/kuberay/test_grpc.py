@@ -114,3 +114,21 @@ async def test_describe_launch_observe_over_grpc(executor_address: str, operator
             await stub.Launch(bad, metadata=md, timeout=10)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "series 'a100' is not in this kuberay executor's inventory (h200)" in (info.value.details() or "")
+
+
+def test_a_bad_kubeconfig_stops_the_process_with_the_reason(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "executor.yaml"
+    config.write_text(yaml.safe_dump({"kuberay": {"kubeconfig": str(tmp_path / "missing")}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    exe = shutil.which("starforge-executor") or str(pathlib.Path(sys.executable).parent / "starforge-executor")
+    proc = subprocess.run(
+        [exe, "--kind", "kuberay", "--config", str(config), "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert f"kuberay.kubeconfig {tmp_path / 'missing'} does not exist" in proc.stderr
