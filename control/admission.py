@@ -18,7 +18,7 @@ from starforge.job.v1 import job_spec_pb2
 
 from common import errors
 from common.sensitive import bad_path, why_sensitive
-from control import overrides, profiles
+from control import hf, overrides, profiles
 from control.assembly import observability
 from control.auth import Principal
 from control.blobstore import BlobStore
@@ -250,6 +250,18 @@ def eligible_fleets(
     return names
 
 
+def hub_repos(spec: job_spec_pb2.JobSpec) -> list[hf.Repo]:
+    """The HuggingFace repos a spec names (model, HF dataset ids); local paths are not repos."""
+    paths = {f.path for f in spec.workspace.files}
+    out = []
+    if spec.model and hf.looks_like_hub_id(spec.model, paths):
+        out.append(hf.Repo("model", spec.model))
+    for ref in (spec.train_data, spec.validation_data):
+        if not ref.dataset and ref.path and hf.looks_like_hub_id(ref.path, paths):
+            out.append(hf.Repo("dataset", ref.path))
+    return out
+
+
 def admit(
     spec: job_spec_pb2.JobSpec,
     principal: Principal,
@@ -257,6 +269,7 @@ def admit(
     catalog: Catalog,
     store: BlobStore,
     executors: ExecutorPool,
+    hub: hf.HubChecker | None = None,
 ) -> Admitted:
     """All checks; returns what the ledger needs to queue the job."""
     check_identity(spec, principal)
@@ -291,6 +304,9 @@ def admit(
             precondition_violations=tuple(errors.PreconditionViolation("BLOB", d, "missing") for d in missing[:20]),
         )
     fleets = eligible_fleets(pools, image, spec, cfg, executors)
+    if hub is not None:
+        for repo in hub_repos(spec):
+            hub.check(repo)
     gpus = sum(p.nodes * p.gpus_per_node for p in pools)
     return Admitted(
         recipe=recipe,

@@ -35,6 +35,7 @@ RUN_TOKEN_GRACE_SECONDS = 600.0
 USER_RE = re.compile(r"^[a-z][a-z0-9-]{1,31}$")
 TOKEN_RE = re.compile(r"^sf([prn])_([0-9a-z]{10})_([A-Za-z0-9_-]{20,})$")
 KIND_PREFIX = {"pat": "p", "run": "r", "node": "n"}
+KIND_NAMES = {"pat": "personal access token", "run": "run token", "node": "node token"}
 
 
 @dataclass(frozen=True)
@@ -197,8 +198,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     async def _principal(self, method: str, context: Any, kinds: frozenset[str]) -> Principal:
         principal = await self.verifier.verify(token_from_metadata(context.invocation_metadata()))
         if principal.kind not in kinds:
+            needs = " or ".join(KIND_NAMES[k] for k in sorted(kinds))
             raise errors.PermissionDenied(
-                f"a {principal.kind} token cannot call {method.rsplit('/', 1)[-1]}",
+                f"a {KIND_NAMES[principal.kind]} cannot call {method.rsplit('/', 1)[-1]} (it needs a {needs})",
                 reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
             )
         return principal

@@ -118,6 +118,8 @@ class ControlConfig:
     ui_listen: str = ""
     # The built web UI (web/dist); served at / on the HTTP port.
     ui_dir: pathlib.Path = pathlib.Path(__file__).resolve().parents[1] / "web" / "dist"
+    # HuggingFace precheck at admission (models/datasets exist; gated ones accessible).
+    hf_precheck: bool = True
     hf_endpoint: str = "https://huggingface.co"
     hf_token: str = ""
     log_level: str = "info"

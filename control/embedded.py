@@ -49,6 +49,8 @@ image_allowlist: []
 # The image custom/custom jobs get when neither --image nor config.yaml names one.
 default_images:
   custom: host
+# Check --model / HF dataset ids against the Hub at submit; this machine may have no internet.
+hf_precheck: false
 scheduler_interval_seconds: 0.2
 reconcile_interval_seconds: 1.0
 """

@@ -14,7 +14,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission
+from control import admission, hf
 from control.auth import Principal
 from control.context import Context
 from control.db import models as m
@@ -58,6 +58,7 @@ def _reader(job_id: str, cursor: logs.Cursor | None, attempt_number: int) -> Cal
 class JobsApi:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.hub = hf.HubChecker(ctx.cfg.hf_endpoint, ctx.cfg.hf_token) if ctx.cfg.hf_precheck else None
 
     async def submit(
         self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
@@ -70,6 +71,7 @@ class JobsApi:
             self.ctx.catalog,
             self.ctx.store,
             self.ctx.executors,
+            self.hub,
         )
         warnings = list(admitted.warnings)
         if spec.provenance.untracked_files:

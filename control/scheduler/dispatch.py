@@ -35,7 +35,10 @@ DRAINED = 2  # starforge.control.v1.FLEET_STATE_DRAINED
 
 PER_OWNER = 50  # QUEUED jobs per owner looked at per cycle
 LEASE_SECONDS = 60.0
+CLASS_NAMES = frozenset(n.removeprefix("FAILURE_CLASS_") for n in st.FailureClass.keys())  # noqa: SIM118
 MAX_DISPATCH_TRIES = 8
+# How long an attempt may wait for a full backend (ResourceExhausted) before it fails as INFRA.
+BACKEND_FULL_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,9 @@ class Scheduler:
             transient = False
             try:
                 resp = await self.ctx.executors.launch(fleet, request)
-            except (errors.Unavailable, errors.DeadlineExceeded) as e:
+            except (errors.Unavailable, errors.DeadlineExceeded, errors.ResourceExhausted) as e:
+                # ResourceExhausted: the backend is momentarily full (our accounting frees a slot
+                # when the command exits, the backend when the capsule has drained): wait, retry.
                 failure, transient = e, True
             except errors.StarforgeError as e:
                 failure = e
@@ -275,8 +280,11 @@ class Scheduler:
         attempt = jobs.get_attempt(s, attempt_id, for_update=True)
         if attempt.state != sm.SUBMITTED:
             return
-        attempt.dispatch_tries += 1
-        if attempt.dispatch_tries >= MAX_DISPATCH_TRIES:
+        full = isinstance(err, errors.ResourceExhausted)
+        if not full:
+            attempt.dispatch_tries += 1
+        expired = full and time.time() - attempt.created_at > BACKEND_FULL_SECONDS
+        if attempt.dispatch_tries >= MAX_DISPATCH_TRIES or expired:
             job = jobs.get_job(s, attempt.job_id, for_update=True)
             outcomes.finish_attempt(
                 s,
@@ -291,7 +299,7 @@ class Scheduler:
             return
         # Let the reconciler retry after a backoff; it re-sends the same LaunchRequest.
         attempt.lease_owner = ""
-        attempt.lease_until = time.time() + min(2.0**attempt.dispatch_tries, 30.0)
+        attempt.lease_until = time.time() + (1.0 if full else min(2.0**attempt.dispatch_tries, 30.0))
         attempt.reason = f"launch will be retried: {err.message}"
 
     def _launch_refused(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> None:
@@ -300,12 +308,9 @@ class Scheduler:
             return
         job = jobs.get_job(s, attempt.job_id, for_update=True)
         msg = err.message
-        if isinstance(err, errors.ResourceExhausted):
-            cls = st.FAILURE_CLASS_INFRA
-        elif "image" in msg.lower():
-            cls = st.FAILURE_CLASS_IMAGE
-        else:
-            cls = st.FAILURE_CLASS_PRECHECK
+        # executors name the class in ErrorInfo metadata (IMAGE for a missing image, ...)
+        named = err.metadata.get("failure_class", "")
+        cls = st.FailureClass.Value(f"FAILURE_CLASS_{named}") if named in CLASS_NAMES else st.FAILURE_CLASS_PRECHECK
         outcomes.finish_attempt(
             s,
             job,

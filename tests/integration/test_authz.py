@@ -1,0 +1,121 @@
+"""Authorization matrix: every way in without the right token is refused, with the message a user sees."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+import grpc
+import pytest
+from starforge.control.v1 import account_service_pb2 as acc
+from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge.control.v1 import control_service_pb2 as ctl
+from starforge.ingest.v1 import ingest_service_pb2 as ing
+from starforge.ingest.v1 import ingest_service_pb2_grpc as ing_grpc
+
+from common.channel import bearer
+from common.rpc_status import from_rpc_error
+from control import auth
+from tests.integration.console import console
+
+SLEEP = "#!/usr/bin/env bash\nsleep 30\n"
+
+
+async def _refused(call, code: grpc.StatusCode, text: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await call
+    assert e.value.code() == code, e.value
+    assert text in (e.value.details() or ""), e.value.details()
+    assert "Traceback" not in (e.value.details() or "")
+
+
+async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        accounts = acc_grpc.AccountServiceStub(c.channel)
+        bob = (await accounts.CreateUser(acc.CreateUserRequest(name="bob"), metadata=c.md)).token
+        job = await c.submit_custom(SLEEP)
+        other = await c.submit_custom(SLEEP, experiment="other")
+        get = lambda md: c.jobs.GetJob(ctl.GetJobRequest(job_id=job.job_id), metadata=md)  # noqa: E731
+
+        # no token, garbage, a well-formed unknown token
+        await _refused(get(()), grpc.StatusCode.UNAUTHENTICATED, "no token: run `sf login`")
+        await _refused(get(bearer("garbage")), grpc.StatusCode.UNAUTHENTICATED, "the token is malformed")
+        await _refused(
+            get(bearer("sfp_aaaaaaaaaa_" + "b" * 43)), grpc.StatusCode.UNAUTHENTICATED, "the token is not valid"
+        )
+
+        # expired and revoked tokens
+        short = await accounts.CreateToken(acc.CreateTokenRequest(name="short", ttl_seconds=1), metadata=c.md)
+        await asyncio.sleep(1.2)
+        await _refused(
+            get(bearer(short.token)), grpc.StatusCode.UNAUTHENTICATED, f"the token {short.info.token_id} has expired"
+        )
+        revoked = await accounts.CreateToken(acc.CreateTokenRequest(name="gone"), metadata=c.md)
+        await c.jobs.GetJob(ctl.GetJobRequest(job_id=job.job_id), metadata=bearer(revoked.token))  # valid first
+        await accounts.RevokeToken(acc.RevokeTokenRequest(token_id=revoked.info.token_id), metadata=c.md)
+        await _refused(get(bearer(revoked.token)), grpc.StatusCode.UNAUTHENTICATED, "was revoked")
+
+        # another user's job: invisible, and cannot be stopped
+        await _refused(get(bearer(bob)), grpc.StatusCode.NOT_FOUND, f"job {job.job_id} not found")
+        await _refused(
+            c.jobs.StopJob(ctl.StopJobRequest(job_id=job.job_id), metadata=bearer(bob)),
+            grpc.StatusCode.NOT_FOUND,
+            "not found",
+        )
+        await _refused(
+            c.jobs.ListJobs(ctl.ListJobsRequest(owner="admin"), metadata=bearer(bob)),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "you cannot list @admin's jobs",
+        )
+        mine = await c.jobs.ListJobs(ctl.ListJobsRequest(), metadata=bearer(bob))
+        assert list(mine.jobs) == []
+        # an admin sees everyone's
+        everyone = await c.jobs.ListJobs(ctl.ListJobsRequest(owner="*"), metadata=c.md)
+        assert {j.job_id for j in everyone.jobs} >= {job.job_id, other.job_id}
+        # a non-admin cannot create users
+        await _refused(
+            accounts.CreateUser(acc.CreateUserRequest(name="eve"), metadata=bearer(bob)),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "only admins can create users",
+        )
+
+        # run tokens: scoped to one run, and only for ingest
+        await c.wait(job.job_id, 4, timeout=30)  # RUNNING: its attempt exists
+        await c.wait(other.job_id, 4, timeout=30)
+        run_token = await c.app.ctx.db.run(lambda s: auth.issue_token(s, "admin", "run", job_id=job.job_id)[0])
+        ingest = ing_grpc.IngestServiceStub(c.channel)
+        other_attempt = f"{other.job_id}.1"
+        await _refused(
+            ingest.GetCursor(ing.GetCursorRequest(attempt_id=other_attempt), metadata=bearer(run_token)),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "this run token belongs to another run",
+        )
+
+        async def one_batch():  # type: ignore[no-untyped-def]
+            yield ing.ReportRequest(attempt_id=other_attempt, records=[])
+
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            async for _ in ingest.Report(one_batch(), metadata=bearer(run_token)):
+                pass
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert from_rpc_error(e.value).reason_name == "TOKEN_SCOPE"
+        own = await ingest.GetCursor(ing.GetCursorRequest(attempt_id=f"{job.job_id}.1"), metadata=bearer(run_token))
+        assert own.acked_seq >= 0
+        await _refused(
+            get(bearer(run_token)),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "a run token cannot call GetJob (it needs a personal access token)",
+        )
+        await _refused(
+            ingest.GetCursor(ing.GetCursorRequest(attempt_id=f"{job.job_id}.1"), metadata=c.md),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "a personal access token cannot call GetCursor (it needs a run token)",
+        )
+        # the run token expires with its run
+        await c.jobs.StopJob(ctl.StopJobRequest(job_id=job.job_id), metadata=c.md)
+        await c.wait(job.job_id, 7, timeout=30)
+        rows = await c.app.ctx.db.run(
+            lambda s: [t.expires_at for t in s.query(auth.m.Token).filter(auth.m.Token.job_id == job.job_id)]
+        )
+        assert rows and all(x is not None for x in rows)
+        await c.jobs.StopJob(ctl.StopJobRequest(job_id=other.job_id), metadata=c.md)
