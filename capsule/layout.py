@@ -61,6 +61,8 @@ class RunInfo:
     train_data: str = ""
     validation_data: str = ""
     pools: Sequence[PoolInfo] = ()
+    # Pipeline stage this job runs ("export", "eval"); empty for training.
+    stage: str = ""
 
 
 def check_path(path: str) -> str:
@@ -132,6 +134,8 @@ def capsule_json(
             ],
         },
     }
+    if run.stage:
+        doc["run"]["stage"] = run.stage  # type: ignore[index]
     return (json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 

@@ -19,7 +19,7 @@ from starforge.job.v1 import job_spec_pb2
 from common import errors
 from common.sensitive import bad_path, why_sensitive
 from control import hf, overrides, profiles
-from control.assembly import observability
+from control.assembly import entrypoint, observability
 from control.auth import Principal
 from control.blobstore import BlobStore
 from control.config import ControlConfig
@@ -111,13 +111,15 @@ def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobS
             raise _field("workspace", f"workspace path {f.path!r} appears twice")
         paths.add(f.path)
     if recipe.adapter == "custom":
-        entry = recipe.entrypoint.format(experiment=spec.experiment)
-        if entry not in paths:
-            raise _field(
-                "workspace",
-                f"{entry} not found in the package: custom/custom runs it (create it, `git add` it, and submit again)",
-                er.ERROR_REASON_MISSING_INPUT,
-            )
+        for stage in ["", *spec.then_stages]:
+            entry = entrypoint(recipe, spec.experiment, stage)
+            if entry not in paths:
+                what = f"the {stage} stage" if stage else "custom/custom"
+                raise _field(
+                    "workspace",
+                    f"{entry} not found in the package: {what} runs it (create it, `git add` it, and submit again)",
+                    er.ERROR_REASON_MISSING_INPUT,
+                )
 
 
 def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, Any]) -> None:

@@ -25,6 +25,8 @@ from starforge.control.v1 import (
     blob_service_pb2_grpc,
     control_service_pb2,
     control_service_pb2_grpc,
+    dataset_service_pb2,
+    dataset_service_pb2_grpc,
     fleet_service_pb2,
     fleet_service_pb2_grpc,
 )
@@ -33,7 +35,7 @@ from starforge.forgelet.v1 import node_registry_service_pb2, node_registry_servi
 from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
 from common.server import create_server, service
-from control import assembly, auth, capsule_assets
+from control import assembly, auth, capsule_assets, metrics
 from control.blobstore import BlobStore
 from control.config import ControlConfig
 from control.context import Context
@@ -50,6 +52,7 @@ from control.services.account_service import AccountServicer
 from control.services.blob_service import BlobServicer
 from control.services.catalog_service import CatalogServicer
 from control.services.control_service import ControlServicer
+from control.services.dataset_service import DatasetServicer
 from control.services.fleet_service import FleetServicer
 from control.services.ingest_service import IngestServicer
 from control.services.node_registry_service import NodeRegistryServicer
@@ -200,6 +203,11 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"],
         ),
         service(
+            DatasetServicer(ctx),
+            dataset_service_pb2_grpc.add_DatasetServiceServicer_to_server,
+            dataset_service_pb2.DESCRIPTOR.services_by_name["DatasetService"],
+        ),
+        service(
             NodeRegistryServicer(ctx),
             node_registry_service_pb2_grpc.add_NodeRegistryServiceServicer_to_server,
             node_registry_service_pb2.DESCRIPTOR.services_by_name["NodeRegistryService"],
@@ -216,6 +224,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         http_host = http_listen.rsplit(":", 1)[0]
         http_host = "127.0.0.1" if http_host in ("0.0.0.0", "[::]", "") else http_host
         ctx.public_http_url = cfg.public_http_url or f"http://{http_host}:{ops.port}"
+    metrics.install(db)
     await server.start()
     front = None
     if cfg.ui_listen and ops is not None:

@@ -28,6 +28,8 @@ class AttemptInfo:
     owner: str
     project: str
     resume: bool
+    stage: str = ""
+    out_key: str = ""  # pipeline stages share their training job's FORGE_OUT_DIR
 
 
 def observability(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, object]) -> tuple[str, str]:
@@ -70,15 +72,24 @@ def capsule_json(
             method=recipe.name,
             adapter=recipe.adapter,
             experiment=spec.experiment,
-            entrypoint=recipe.entrypoint.format(experiment=spec.experiment),
+            entrypoint=entrypoint(recipe, spec.experiment, info.stage),
             config=resolved_config,
             observability=observability(spec, recipe, config)[0],
             model=spec.model,
             train_data=spec.train_data.path,
             validation_data=spec.validation_data.path,
             pools=[layout.PoolInfo(p.name, p.series, p.nodes, p.gpus_per_node) for p in pools],
+            stage=info.stage,
         ),
     )
+
+
+def entrypoint(recipe: RecipeDecl, experiment: str, stage: str = "") -> str:
+    """What the capsule runs: the recipe's entrypoint, or for a custom/custom pipeline stage
+    experiments/<exp>/<stage>.sh (catalog methods run their stages through their adapters)."""
+    if stage and recipe.adapter == "custom":
+        return f"experiments/{experiment}/{stage}.sh"
+    return recipe.entrypoint.format(experiment=experiment)
 
 
 def build_launch(
@@ -128,6 +139,7 @@ def build_launch(
         datasets=list(datasets),
         resume=info.resume,
         stop_grace_seconds=stop_grace_seconds,
+        out_key=info.out_key,
     )
 
 

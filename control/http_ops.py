@@ -21,6 +21,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from common import errors
+from control import metrics
 from control.auth import Principal, TokenVerifier
 from control.blobstore import BlobStore
 
@@ -59,7 +60,7 @@ class OpsServer:
                     self._send(200, b"ok\n")
                     return
                 if self.path == "/metrics":
-                    self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+                    self._send(200, generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST)
                     return
                 m = BLOB_PATH.match(self.path)
                 if m is not None:

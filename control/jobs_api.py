@@ -14,11 +14,12 @@ from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission, hf
+from control import admission, datasets, hf
+from control import metrics as prom
 from control.auth import Principal
 from control.context import Context
 from control.db import models as m
-from control.ledger import convert, jobs
+from control.ledger import convert, jobs, pipeline
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
 from control.telemetry import logs, metrics
@@ -63,16 +64,22 @@ class JobsApi:
     async def submit(
         self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
     ) -> Submitted:
-        admitted = await asyncio.to_thread(
-            admission.admit,
-            spec,
-            principal,
-            self.ctx.cfg,
-            self.ctx.catalog,
-            self.ctx.store,
-            self.ctx.executors,
-            self.hub,
-        )
+        try:
+            spec = await self.ctx.db.run(lambda s: datasets.pin(s, spec, admission.parse_config(spec)))
+            admitted = await asyncio.to_thread(
+                admission.admit,
+                spec,
+                principal,
+                self.ctx.cfg,
+                self.ctx.catalog,
+                self.ctx.store,
+                self.ctx.executors,
+                self.hub,
+            )
+        except errors.StarforgeError as e:
+            prom.SUBMISSIONS.labels("refused", e.reason_name).inc()
+            raise
+        prom.SUBMISSIONS.labels("admitted", "").inc()
         warnings = list(admitted.warnings)
         if spec.provenance.untracked_files:
             warnings.append(f"{len(spec.provenance.untracked_files)} untracked file(s) were not packed")
@@ -98,13 +105,11 @@ class JobsApi:
             for p in admitted.pools:
                 needs_gpus[p.series] = needs_gpus.get(p.series, 0) + (p.nodes * p.gpus_per_node or 1)
                 needs_nodes[p.series] = max(needs_nodes.get(p.series, 0), p.nodes)
-            job = m.Job(
-                id=ids.new_job_id(),
+            common = dict(
                 owner=principal.user,
                 project=spec.project,
                 experiment=spec.experiment,
                 method=spec.method,
-                state=sm.QUEUED,
                 queue=spec.queue or "default",
                 priority=max(-100, min(100, spec.priority)),
                 series=admitted.series,
@@ -112,24 +117,58 @@ class JobsApi:
                 needs=json.dumps({"gpus": needs_gpus, "nodes": needs_nodes}),
                 eligible_fleets=json.dumps(admitted.fleets),
                 runtime_id=admitted.runtime_id,
-                spec=spec.SerializeToString(),
                 pools=convert.pools_to_bytes(admitted.pools),
                 resolved_config=json.dumps(admitted.resolved_config),
                 image=admitted.image,
                 provenance=provenance.SerializeToString(),
                 retry_budget=spec.retry_budget or self.ctx.cfg.default_retry_budget,
-                request_id=request_id,
                 labels=json.dumps(dict(spec.labels)),
                 next_cause=job_pb2.ATTEMPT_CAUSE_INITIAL,
-                wait_reason=st.WAIT_REASON_PRIORITY,
-                wait_message="waiting for the scheduler",
                 created_at=now,
                 updated_at=now,
-                seq=jobs.next_counter(s, "job_seq"),
                 event_seq=1,
+            )
+            job = m.Job(
+                id=ids.new_job_id(),
+                state=sm.QUEUED,
+                spec=spec.SerializeToString(),
+                request_id=request_id,
+                wait_reason=st.WAIT_REASON_PRIORITY,
+                wait_message="waiting for the scheduler",
+                seq=jobs.next_counter(s, "job_seq"),
+                **common,
             )
             s.add(job)
             s.add(m.JobEvent(job_id=job.id, seq=1, from_state=0, to_state=sm.QUEUED, at=now, reason="admitted"))
+            parent = job
+            for stage in spec.then_stages:
+                stage_spec = job_spec_pb2.JobSpec()
+                stage_spec.CopyFrom(spec)
+                del stage_spec.then_stages[:]
+                child = m.Job(
+                    id=ids.new_job_id(),
+                    state=sm.QUEUED,
+                    spec=stage_spec.SerializeToString(),
+                    parent_job_id=parent.id,
+                    stage=stage,
+                    not_before=pipeline.NEVER,
+                    wait_reason=st.WAIT_REASON_DEPENDENCY,
+                    wait_message=f"waiting for {parent.stage or 'training'} job {parent.id} to succeed",
+                    seq=jobs.next_counter(s, "job_seq"),
+                    **common,
+                )
+                s.add(child)
+                s.add(
+                    m.JobEvent(
+                        job_id=child.id,
+                        seq=1,
+                        from_state=0,
+                        to_state=sm.QUEUED,
+                        at=now,
+                        reason=f"{stage} stage of {job.id}",
+                    )
+                )
+                parent = child
             s.flush()
             return job_proto(s, job)
 
@@ -200,6 +239,7 @@ class JobsApi:
                 )
             if job.state in (sm.QUEUED, sm.PAUSED) and what == "stop":
                 jobs.transition(s, job, sm.STOPPED, reason)
+                pipeline.on_end(s, job)
                 return job_proto(s, job), None
             job.desired = what
             attempt = jobs.current_attempt(s, job)

@@ -32,6 +32,11 @@ LABEL_MANAGED = "starforge.dev/managed-by"
 MANAGED_BY = "starforge"
 
 
+def out_key(request: lr_pb.LaunchRequest) -> str:
+    """The key of the attempt's persistent FORGE_OUT_DIR (a pipeline stage shares its run's)."""
+    return request.out_key or request.job_id
+
+
 def labels_for(request: lr_pb.LaunchRequest) -> dict[str, str]:
     """Labels for every backend object of an attempt (request labels + the three ids)."""
     labels = dict(request.labels)

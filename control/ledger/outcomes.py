@@ -15,7 +15,7 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from control import auth, diagnosis
 from control.db import models as m
-from control.ledger import jobs
+from control.ledger import jobs, pipeline
 from control.ledger import state_machine as sm
 
 RETRY_BACKOFF_SECONDS = (2.0, 10.0, 30.0, 60.0)
@@ -69,6 +69,8 @@ def finish_attempt(
         auth.expire_run_tokens(s, job.id)
     if job.state == sm.FAILED:
         out += maybe_auto_retry(s, job, attempt, now=now)
+    if job.state in sm.TERMINAL:
+        out += pipeline.on_end(s, job)
     return out
 
 

@@ -23,7 +23,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import assembly, auth, windows
+from control import assembly, auth, datasets, metrics, windows
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
@@ -162,6 +162,7 @@ class Scheduler:
         s.add(attempt)
         job.attempts_count = number
         job.fleet = fleet
+        metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
         jobs.transition(s, job, sm.SUBMITTED, f"dispatched to fleet {fleet}", attempt=attempt, now=now)
         if recipe is None or fleet_cfg is None:
             what = f"method {job.method} is no longer published" if recipe is None else f"fleet {fleet} is gone"
@@ -172,7 +173,19 @@ class Scheduler:
         token, _ = auth.issue_token(s, job.owner, "run", name=f"run {attempt.id}", job_id=job.id)
         spec = job_spec_pb2.JobSpec()
         spec.ParseFromString(job.spec)
-        info = assembly.AttemptInfo(job.id, attempt.id, number, job.owner, job.project, resume=number > 1)
+        root = job
+        while root.parent_job_id:
+            root = jobs.get_job(s, root.parent_job_id)
+        info = assembly.AttemptInfo(
+            job.id,
+            attempt.id,
+            number,
+            job.owner,
+            job.project,
+            resume=number > 1 or root.id != job.id,
+            stage=job.stage,
+            out_key=root.id if root.id != job.id else "",
+        )
         launch = assembly.build_launch(
             info,
             spec,
@@ -188,6 +201,7 @@ class Scheduler:
             public_http_url=self.ctx.public_http_url,
             stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
             secret_env={"HF_TOKEN": self.ctx.cfg.hf_token} if self.ctx.cfg.hf_token else None,
+            datasets=datasets.resolved(s, spec),
         )
         data = launch.SerializeToString()
         attempt.launch = data
@@ -237,6 +251,7 @@ class Scheduler:
         request = lr.LaunchRequest()
         request.ParseFromString(data)
         async with self._launch_slots:
+            started = time.monotonic()
             failure: errors.StarforgeError | None = None
             transient = False
             try:
@@ -250,7 +265,10 @@ class Scheduler:
             except Exception as e:  # an unexpected bug must not lose the attempt
                 log.exception("launch of %s failed unexpectedly", attempt_id)
                 failure, transient = errors.Internal(str(e)), True
+            if failure is not None:
+                metrics.LAUNCH_FAILURES.labels(fleet, type(failure).__name__).inc()
             if failure is None:
+                metrics.DISPATCH_SECONDS.labels(fleet).observe(time.monotonic() - started)
                 await self.ctx.db.run(lambda s: self._launched(s, attempt_id, resp))
             elif transient:
                 await self.ctx.db.run(lambda s: self._launch_transient(s, attempt_id, failure))

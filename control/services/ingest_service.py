@@ -20,7 +20,7 @@ from starforge.ingest.v1 import ingest_service_pb2 as pb
 from starforge.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 
 from common import errors
-from control import auth
+from control import auth, metrics
 from control.context import Context
 from control.ledger import jobs
 from control.ledger import state_machine as sm
@@ -74,6 +74,8 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                 )
             )
             st.job_id, st.acked = applied.job_id, applied.acked_seq
+            for kind, n in applied.kinds.items():
+                metrics.INGEST_RECORDS.labels(kind).inc(n)
             if applied.logs_added:
                 self.ctx.notifier.notify(f"logs:{applied.job_id}")
             if applied.transitions:

@@ -32,6 +32,7 @@ class Applied:
     metrics_added: int = 0
     signal: int = pb.CONTROL_SIGNAL_UNSPECIFIED
     job_id: str = ""
+    kinds: dict[str, int] = field(default_factory=dict)
 
 
 def cursor_for(s: Session, attempt: m.Attempt, *, for_update: bool) -> m.IngestCursor:
@@ -134,6 +135,7 @@ def apply_records(s: Session, attempt_id: str, records: Sequence[pb.Record], *, 
             flush()  # the lines before an exit must be stored before the diagnosis reads them
             out.transitions += _lifecycle(s, job, attempt, rec.lifecycle, at)
         cur.acked_seq = rec.seq
+        out.kinds[kind or "empty"] = out.kinds.get(kind or "empty", 0) + 1
     flush()
     out.acked_seq = cur.acked_seq
     if job.desired in ("stop", "pause") and attempt.state in sm.ACTIVE:

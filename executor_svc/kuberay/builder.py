@@ -42,7 +42,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 from starforge.job.v1 import job_spec_pb2 as spec_pb
 
 from common.hashing import is_digest
-from executor_svc.base import labels_for
+from executor_svc.base import labels_for, out_key
 from executor_svc.kuberay import names
 from executor_svc.kuberay.config import KubeRayConfig, SeriesConfig
 from executor_svc.kuberay.podenv import (
@@ -195,7 +195,7 @@ def _pod_template(
     with_datasets = len(request.datasets) > 0
     out_mount: dict[str, Any] = {"name": "forge-out", "mountPath": OUT_DIR}
     if cfg.out_volume_claim:
-        out_mount["subPath"] = request.job_id
+        out_mount["subPath"] = out_key(request)
     mounts: list[dict[str, Any]] = [
         {"name": "forge-capsule", "mountPath": CAPSULE_DIR, "readOnly": True},
         {"name": "forge-workspace", "mountPath": WORKSPACE_DIR},
@@ -264,7 +264,7 @@ def build(request: lr_pb.LaunchRequest, cfg: KubeRayConfig) -> Built:
     env = pod_env(request, cfg, secret_name, grace)
     raw_labels = labels_for(request)
     labels = {**cfg.extra_labels, **names.safe_labels(raw_labels), LABEL_EXECUTOR: cfg.executor_name}
-    out_dir = out_dir_for_humans(cfg, request.job_id)
+    out_dir = out_dir_for_humans(cfg, out_key(request))
     annotations = {
         ANN_ATTEMPT: request.attempt_id,
         ANN_JOB: request.job_id,

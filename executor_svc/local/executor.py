@@ -27,10 +27,10 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc import bundle
-from executor_svc.base import Capabilities, Executor, LaunchResult, Observation, SeriesInventory
+from executor_svc.base import Capabilities, Executor, LaunchResult, Observation, SeriesInventory, out_key
+from executor_svc.capsule_env import stop_grace
 from executor_svc.local.config import LocalConfig
 from executor_svc.local.docker_runtime import DockerRuntime
-from executor_svc.local.env import stop_grace
 from executor_svc.local.inventory import GpuPool
 from executor_svc.local.process_runtime import ProcessRuntime
 from executor_svc.local.records import AttemptDirs, AttemptRecord, Layout, check_id
@@ -140,10 +140,11 @@ class LocalExecutor(Executor):
 
     # -- launch -----------------------------------------------------------------------------
 
-    async def launch(self, request: lr_pb.LaunchRequest) -> LaunchResult:
+    async def launch(self, request: lr_pb.LaunchRequest, gpus: Sequence[int] | None = None) -> LaunchResult:
+        """See `Executor.launch`. `gpus`: exact GPU indices chosen by a placer elsewhere (forgelet)."""
         pool = self.pool.check(request.pools)
         dirs = self.layout.attempt(request.attempt_id)
-        out_dir = self.layout.out_dir(check_id(request.job_id, "job_id"))
+        out_dir = self.layout.out_dir(check_id(out_key(request), "out_key"))
         async with self._attempt_lock(request.attempt_id):
             existing = await self._record(request.attempt_id)
             if existing is not None:
@@ -155,7 +156,7 @@ class LocalExecutor(Executor):
             try:
                 await self._materialize(request, dirs, out_dir)
                 async with self._launch_lock:
-                    record = await self._allocate_and_start(request, pool, dirs, out_dir, image_digest)
+                    record = await self._allocate_and_start(request, pool, dirs, out_dir, image_digest, gpus)
             except BaseException:
                 if not dirs.record.exists():
                     await asyncio.to_thread(shutil.rmtree, dirs.root, True)
@@ -186,10 +187,18 @@ class LocalExecutor(Executor):
         )
 
     async def _allocate_and_start(
-        self, request: lr_pb.LaunchRequest, pool: spec_pb.Pool, dirs: AttemptDirs, out_dir: Path, image_digest: str
+        self,
+        request: lr_pb.LaunchRequest,
+        pool: spec_pb.Pool,
+        dirs: AttemptDirs,
+        out_dir: Path,
+        image_digest: str,
+        want: Sequence[int] | None = None,
     ) -> AttemptRecord:
         """Take GPUs and start; call under the launch lock so no GPU is handed out twice."""
-        gpus = await self.pool.allocate(request.attempt_id, pool.series, pool.gpus_per_node, self._still_running)
+        gpus = await self.pool.allocate(
+            request.attempt_id, pool.series, pool.gpus_per_node, self._still_running, want=want
+        )
         record = AttemptRecord(
             attempt_id=request.attempt_id,
             job_id=request.job_id,

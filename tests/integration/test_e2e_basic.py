@@ -29,3 +29,19 @@ async def test_job_runs_to_succeeded(tmp_path: pathlib.Path) -> None:
         assert done.state == st.JOB_STATE_SUCCEEDED, (done, lines)
         assert [ln for ln in lines if ln.startswith("step ")] == [f"step {i}" for i in range(1, 6)]
         assert "done" in lines
+
+
+async def test_prometheus_metrics(tmp_path: pathlib.Path) -> None:
+    import httpx
+
+    async with console(tmp_path, http_listen="127.0.0.1:0") as c:
+        job = await c.submit_custom(TRAIN)
+        await c.wait(job.job_id, st.JOB_STATE_SUCCEEDED, timeout=60)
+        assert c.app.ops is not None
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(f"http://127.0.0.1:{c.app.ops.port}/metrics")).text
+        assert 'starforge_jobs{state="SUCCEEDED"} 1.0' in text
+        assert 'starforge_submissions_total{outcome="admitted",reason=""}' in text
+        assert 'starforge_dispatch_latency_seconds_count{fleet="local"}' in text
+        assert 'starforge_ingest_records_total{kind="metrics"}' in text
+        assert "starforge_queue_depth" in text

@@ -26,7 +26,7 @@ from starforge.job.v1 import job_spec_pb2 as starforge_dot_job_dot_v1_dot_job__s
 from starforge.job.v1 import workspace_pb2 as starforge_dot_job_dot_v1_dot_workspace__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*starforge/executor/v1/launch_request.proto\x12\x15starforge.executor.v1\x1a\x1fstarforge/job/v1/job_spec.proto\x1a starforge/job/v1/workspace.proto\"\xa6\x08\n\rLaunchRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12%\n\x0e\x61ttempt_number\x18\x03 \x01(\x05R\rattemptNumber\x12\x14\n\x05owner\x18\x04 \x01(\tR\x05owner\x12\x18\n\x07project\x18\x05 \x01(\tR\x07project\x12-\n\x04spec\x18\x06 \x01(\x0b\x32\x19.starforge.job.v1.JobSpecR\x04spec\x12,\n\x05pools\x18\x07 \x03(\x0b\x32\x16.starforge.job.v1.PoolR\x05pools\x12\x14\n\x05image\x18\x08 \x01(\tR\x05image\x12!\n\x0cimage_digest\x18\t \x01(\tR\x0bimageDigest\x12\x1d\n\nruntime_id\x18\n \x01(\tR\truntimeId\x12\x38\n\x07\x63\x61psule\x18\x0b \x01(\x0b\x32\x1e.starforge.executor.v1.CapsuleR\x07\x63\x61psule\x12\x42\n\x0b\x62lob_source\x18\x0c \x01(\x0b\x32!.starforge.executor.v1.BlobSourceR\nblobSource\x12;\n\x06ingest\x18\r \x01(\x0b\x32#.starforge.executor.v1.IngestTargetR\x06ingest\x12?\n\x03\x65nv\x18\x0e \x03(\x0b\x32-.starforge.executor.v1.LaunchRequest.EnvEntryR\x03\x65nv\x12R\n\nsecret_env\x18\x0f \x03(\x0b\x32\x33.starforge.executor.v1.LaunchRequest.SecretEnvEntryR\tsecretEnv\x12H\n\x06labels\x18\x10 \x03(\x0b\x32\x30.starforge.executor.v1.LaunchRequest.LabelsEntryR\x06labels\x12\x42\n\x08\x64\x61tasets\x18\x11 \x03(\x0b\x32&.starforge.executor.v1.ResolvedDatasetR\x08\x64\x61tasets\x12\x16\n\x06resume\x18\x12 \x01(\x08R\x06resume\x12,\n\x12stop_grace_seconds\x18\x13 \x01(\x05R\x10stopGraceSeconds\x1a\x36\n\x08\x45nvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1a<\n\x0eSecretEnvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x8c\x01\n\x07\x43\x61psule\x12\x35\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1f.starforge.job.v1.WorkspaceFileR\x05\x66iles\x12%\n\x0e\x63\x61psule_digest\x18\x02 \x01(\tR\rcapsuleDigest\x12#\n\rrunner_digest\x18\x03 \x01(\tR\x0crunnerDigest\"W\n\nBlobSource\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12\x14\n\x05token\x18\x02 \x01(\tR\x05token\x12\x19\n\x08http_url\x18\x03 \x01(\tR\x07httpUrl\">\n\x0cIngestTarget\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12\x14\n\x05token\x18\x02 \x01(\tR\x05token\"x\n\x0fResolvedDataset\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ref\x18\x02 \x01(\tR\x03ref\x12?\n\x08manifest\x18\x03 \x01(\x0b\x32#.starforge.job.v1.WorkspaceManifestR\x08manifestb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*starforge/executor/v1/launch_request.proto\x12\x15starforge.executor.v1\x1a\x1fstarforge/job/v1/job_spec.proto\x1a starforge/job/v1/workspace.proto\"\xbf\x08\n\rLaunchRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12%\n\x0e\x61ttempt_number\x18\x03 \x01(\x05R\rattemptNumber\x12\x14\n\x05owner\x18\x04 \x01(\tR\x05owner\x12\x18\n\x07project\x18\x05 \x01(\tR\x07project\x12-\n\x04spec\x18\x06 \x01(\x0b\x32\x19.starforge.job.v1.JobSpecR\x04spec\x12,\n\x05pools\x18\x07 \x03(\x0b\x32\x16.starforge.job.v1.PoolR\x05pools\x12\x14\n\x05image\x18\x08 \x01(\tR\x05image\x12!\n\x0cimage_digest\x18\t \x01(\tR\x0bimageDigest\x12\x1d\n\nruntime_id\x18\n \x01(\tR\truntimeId\x12\x38\n\x07\x63\x61psule\x18\x0b \x01(\x0b\x32\x1e.starforge.executor.v1.CapsuleR\x07\x63\x61psule\x12\x42\n\x0b\x62lob_source\x18\x0c \x01(\x0b\x32!.starforge.executor.v1.BlobSourceR\nblobSource\x12;\n\x06ingest\x18\r \x01(\x0b\x32#.starforge.executor.v1.IngestTargetR\x06ingest\x12?\n\x03\x65nv\x18\x0e \x03(\x0b\x32-.starforge.executor.v1.LaunchRequest.EnvEntryR\x03\x65nv\x12R\n\nsecret_env\x18\x0f \x03(\x0b\x32\x33.starforge.executor.v1.LaunchRequest.SecretEnvEntryR\tsecretEnv\x12H\n\x06labels\x18\x10 \x03(\x0b\x32\x30.starforge.executor.v1.LaunchRequest.LabelsEntryR\x06labels\x12\x42\n\x08\x64\x61tasets\x18\x11 \x03(\x0b\x32&.starforge.executor.v1.ResolvedDatasetR\x08\x64\x61tasets\x12\x16\n\x06resume\x18\x12 \x01(\x08R\x06resume\x12,\n\x12stop_grace_seconds\x18\x13 \x01(\x05R\x10stopGraceSeconds\x12\x17\n\x07out_key\x18\x14 \x01(\tR\x06outKey\x1a\x36\n\x08\x45nvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1a<\n\x0eSecretEnvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x8c\x01\n\x07\x43\x61psule\x12\x35\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1f.starforge.job.v1.WorkspaceFileR\x05\x66iles\x12%\n\x0e\x63\x61psule_digest\x18\x02 \x01(\tR\rcapsuleDigest\x12#\n\rrunner_digest\x18\x03 \x01(\tR\x0crunnerDigest\"W\n\nBlobSource\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12\x14\n\x05token\x18\x02 \x01(\tR\x05token\x12\x19\n\x08http_url\x18\x03 \x01(\tR\x07httpUrl\">\n\x0cIngestTarget\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12\x14\n\x05token\x18\x02 \x01(\tR\x05token\"x\n\x0fResolvedDataset\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ref\x18\x02 \x01(\tR\x03ref\x12?\n\x08manifest\x18\x03 \x01(\x0b\x32#.starforge.job.v1.WorkspaceManifestR\x08manifestb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,19 +40,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LAUNCHREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_LAUNCHREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_LAUNCHREQUEST']._serialized_start=137
-  _globals['_LAUNCHREQUEST']._serialized_end=1199
-  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_start=1024
-  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_end=1078
-  _globals['_LAUNCHREQUEST_SECRETENVENTRY']._serialized_start=1080
-  _globals['_LAUNCHREQUEST_SECRETENVENTRY']._serialized_end=1140
-  _globals['_LAUNCHREQUEST_LABELSENTRY']._serialized_start=1142
-  _globals['_LAUNCHREQUEST_LABELSENTRY']._serialized_end=1199
-  _globals['_CAPSULE']._serialized_start=1202
-  _globals['_CAPSULE']._serialized_end=1342
-  _globals['_BLOBSOURCE']._serialized_start=1344
-  _globals['_BLOBSOURCE']._serialized_end=1431
-  _globals['_INGESTTARGET']._serialized_start=1433
-  _globals['_INGESTTARGET']._serialized_end=1495
-  _globals['_RESOLVEDDATASET']._serialized_start=1497
-  _globals['_RESOLVEDDATASET']._serialized_end=1617
+  _globals['_LAUNCHREQUEST']._serialized_end=1224
+  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_start=1049
+  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_end=1103
+  _globals['_LAUNCHREQUEST_SECRETENVENTRY']._serialized_start=1105
+  _globals['_LAUNCHREQUEST_SECRETENVENTRY']._serialized_end=1165
+  _globals['_LAUNCHREQUEST_LABELSENTRY']._serialized_start=1167
+  _globals['_LAUNCHREQUEST_LABELSENTRY']._serialized_end=1224
+  _globals['_CAPSULE']._serialized_start=1227
+  _globals['_CAPSULE']._serialized_end=1367
+  _globals['_BLOBSOURCE']._serialized_start=1369
+  _globals['_BLOBSOURCE']._serialized_end=1456
+  _globals['_INGESTTARGET']._serialized_start=1458
+  _globals['_INGESTTARGET']._serialized_end=1520
+  _globals['_RESOLVEDDATASET']._serialized_start=1522
+  _globals['_RESOLVEDDATASET']._serialized_end=1642
 # @@protoc_insertion_point(module_scope)

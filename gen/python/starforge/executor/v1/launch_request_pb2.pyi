@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LaunchRequest(_message.Message):
-    __slots__ = ("attempt_id", "job_id", "attempt_number", "owner", "project", "spec", "pools", "image", "image_digest", "runtime_id", "capsule", "blob_source", "ingest", "env", "secret_env", "labels", "datasets", "resume", "stop_grace_seconds")
+    __slots__ = ("attempt_id", "job_id", "attempt_number", "owner", "project", "spec", "pools", "image", "image_digest", "runtime_id", "capsule", "blob_source", "ingest", "env", "secret_env", "labels", "datasets", "resume", "stop_grace_seconds", "out_key")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class LaunchRequest(_message.Message):
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     STOP_GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OUT_KEY_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     job_id: str
     attempt_number: int
@@ -69,7 +70,8 @@ class LaunchRequest(_message.Message):
     datasets: _containers.RepeatedCompositeFieldContainer[ResolvedDataset]
     resume: bool
     stop_grace_seconds: int
-    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., owner: _Optional[str] = ..., project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[_job_spec_pb2.Pool, _Mapping]]] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime_id: _Optional[str] = ..., capsule: _Optional[_Union[Capsule, _Mapping]] = ..., blob_source: _Optional[_Union[BlobSource, _Mapping]] = ..., ingest: _Optional[_Union[IngestTarget, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., datasets: _Optional[_Iterable[_Union[ResolvedDataset, _Mapping]]] = ..., resume: _Optional[bool] = ..., stop_grace_seconds: _Optional[int] = ...) -> None: ...
+    out_key: str
+    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., owner: _Optional[str] = ..., project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[_job_spec_pb2.Pool, _Mapping]]] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime_id: _Optional[str] = ..., capsule: _Optional[_Union[Capsule, _Mapping]] = ..., blob_source: _Optional[_Union[BlobSource, _Mapping]] = ..., ingest: _Optional[_Union[IngestTarget, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., secret_env: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., datasets: _Optional[_Iterable[_Union[ResolvedDataset, _Mapping]]] = ..., resume: _Optional[bool] = ..., stop_grace_seconds: _Optional[int] = ..., out_key: _Optional[str] = ...) -> None: ...
 
 class Capsule(_message.Message):
     __slots__ = ("files", "capsule_digest", "runner_digest")

@@ -365,6 +365,13 @@ class LaunchRequest(betterproto2.Message):
     Seconds the training command gets after SIGTERM before SIGKILL on stop.
     """
 
+    out_key: "str" = betterproto2.field(20, betterproto2.TYPE_STRING)
+    """
+    Which persistent FORGE_OUT_DIR the attempt uses: the job id, or for a pipeline stage
+    (--then export) the id of the pipeline's training job, whose checkpoints the stage reads.
+    Empty means job_id. Executors must use executor_svc.base.out_key(request).
+    """
+
 
 default_message_pool.register_message("starforge.executor.v1", "LaunchRequest", LaunchRequest)
 

@@ -1,0 +1,105 @@
+"""Prometheus metrics of the control plane (served at /metrics on the HTTP port).
+
+Counters and histograms are updated where things happen; ledger-derived gauges (jobs per state,
+queue depth per fleet) are computed when scraped, by a collector that reads the ledger (cached a
+few seconds, so a scrape storm costs one query).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from starforge.job.v1 import job_state_pb2 as st
+
+from control.db import models as m
+from control.db.engine import Database
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+SUBMISSIONS = Counter(
+    "starforge_submissions_total",
+    "Submissions by outcome: admitted, or refused with the ErrorReason",
+    ["outcome", "reason"],
+    registry=REGISTRY,
+)
+DISPATCH_SECONDS = Histogram(
+    "starforge_dispatch_latency_seconds",
+    "From an attempt being claimed to its executor accepting the launch",
+    ["fleet"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+QUEUE_WAIT_SECONDS = Histogram(
+    "starforge_queue_wait_seconds",
+    "From admission (or requeue) to dispatch",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60, 300, 1800, 3600, 14400),
+    registry=REGISTRY,
+)
+INGEST_RECORDS = Counter(
+    "starforge_ingest_records_total", "Records stored from capsules, by kind", ["kind"], registry=REGISTRY
+)
+LAUNCH_FAILURES = Counter(
+    "starforge_launch_failures_total",
+    "Launch calls that failed, by kind of failure",
+    ["fleet", "kind"],
+    registry=REGISTRY,
+)
+
+
+class LedgerCollector(Collector):
+    def __init__(self, db: Database, cache_seconds: float = 5.0) -> None:
+        self.db = db
+        self.cache_seconds = cache_seconds
+        self._at = 0.0
+        self._lock = threading.Lock()
+        self._states: dict[int, int] = {}
+        self._depth: dict[str, int] = {}
+
+    def _refresh(self) -> None:
+        def read(s: Session) -> tuple[dict[int, int], dict[str, int]]:
+            states = dict(s.execute(select(m.Job.state, func.count()).group_by(m.Job.state)).all())
+            depth: Tally[str] = Tally()
+            for (eligible,) in s.execute(select(m.Job.eligible_fleets).where(m.Job.state == st.JOB_STATE_QUEUED)):
+                for fleet in json.loads(eligible or "[]") or ["(any)"]:
+                    depth[fleet] += 1
+            return states, dict(depth)
+
+        self._states, self._depth = self.db.run_sync(read)
+        self._at = time.monotonic()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            if time.monotonic() - self._at > self.cache_seconds:
+                self._refresh()
+            states, depth = dict(self._states), dict(self._depth)
+        jobs = GaugeMetricFamily("starforge_jobs", "Jobs per ledger state", labels=["state"])
+        for value in st.JobState.values():
+            if value:
+                jobs.add_metric([st.JobState.Name(value).removeprefix("JOB_STATE_")], states.get(value, 0))
+        yield jobs
+        queue = GaugeMetricFamily("starforge_queue_depth", "QUEUED jobs per fleet that can run them", labels=["fleet"])
+        for fleet, n in sorted(depth.items()):
+            queue.add_metric([fleet], n)
+        yield queue
+
+
+_installed: list[LedgerCollector] = []
+
+
+def install(db: Database) -> None:
+    """Register the ledger collector for this process's control plane (replacing an earlier one:
+    tests start several control planes in one process)."""
+    while _installed:
+        REGISTRY.unregister(_installed.pop())
+    collector = LedgerCollector(db)
+    REGISTRY.register(collector)
+    _installed.append(collector)
