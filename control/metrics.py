@@ -47,6 +47,12 @@ QUEUE_WAIT_SECONDS = Histogram(
 INGEST_RECORDS = Counter(
     "starforge_ingest_records_total", "Records stored from capsules, by kind", ["kind"], registry=REGISTRY
 )
+BLOB_BYTES = Counter(
+    "starforge_blob_bytes_uploaded_total", "Bytes of new blob content clients uploaded", registry=REGISTRY
+)
+BLOBS = Counter(
+    "starforge_blobs_uploaded_total", "Blobs clients uploaded, by whether they were new", ["new"], registry=REGISTRY
+)
 LAUNCH_FAILURES = Counter(
     "starforge_launch_failures_total",
     "Launch calls that failed, by kind of failure",

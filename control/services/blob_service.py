@@ -12,7 +12,7 @@ from starforge.control.v1 import error_reason_pb2
 
 from common import errors
 from common.hashing import is_digest
-from control import auth
+from control import auth, metrics
 from control.blobstore import BlobStore, BlobWriter
 
 MAX_FIND = 100_000
@@ -66,6 +66,9 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
         finally:
             if writer is not None:
                 writer.abort()
+        metrics.BLOB_BYTES.inc(nbytes)
+        metrics.BLOBS.labels("true").inc(written)
+        metrics.BLOBS.labels("false").inc(present)
         return pb.UploadBlobsResponse(blobs_written=written, bytes_written=nbytes, blobs_already_present=present)
 
     async def ReadBlob(self, request: pb.ReadBlobRequest, context: Any) -> AsyncIterator[pb.ReadBlobResponse]:

@@ -66,14 +66,17 @@ def _lifecycle(s: Session, job: m.Job, attempt: m.Attempt, ev: lc.LifecycleEvent
     if phase == lc.LIFECYCLE_PHASE_COMMAND_EXITED:
         code = ev.exit_code if ev.HasField("exit_code") else None
         tail = logs.last_text(s, job.id, attempt.number)
+        # USER_CODE is the capsule's default for any non-zero exit; the server's rules read the log
+        # and refine it (out of memory, data, image). A more specific class from the capsule stands.
+        known = ev.failure_class if ev.failure_class != st.FAILURE_CLASS_USER_CODE else st.FAILURE_CLASS_UNSPECIFIED
         return outcomes.finish_attempt(
             s,
             job,
             attempt,
             exit_code=code,
             signal=ev.signal,
-            known_class=ev.failure_class,
-            message=ev.message if ev.failure_class else "",
+            known_class=known,
+            message=ev.message if known else "",
             log_tail=tail,
             now=at,
         )
