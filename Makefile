@@ -8,14 +8,15 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
+WEB_DEPS := web/node_modules/.ci-installed
 APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver
 
-.PHONY: demo test setup venv system-deps gen gen-check lint capsule unit integration bench soak clean
+.PHONY: demo test setup venv system-deps gen gen-check lint capsule unit integration bench soak clean web
 
-demo: venv capsule  ## a real training job, submitted with sf and followed to SUCCEEDED
+demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
 
-test: system-deps venv capsule lint  ## everything CI runs
+test: system-deps venv capsule web lint  ## everything CI runs
 	$(BIN)/python -m pytest -p no:cacheprovider -ra $(PYTEST_ARGS)
 
 setup: system-deps venv capsule
@@ -23,7 +24,7 @@ setup: system-deps venv capsule
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,ml]'
 	$(BIN)/python tools/install_pth.py
 	touch $@
 
@@ -35,8 +36,19 @@ $(APT_STAMP):
 	tools/install_system_deps.sh $(APT_PACKAGES)
 	mkdir -p build && touch $@
 
-gen: venv  ## regenerate gen/ from proto/
+gen: venv $(WEB_DEPS)  ## regenerate gen/ from proto/ (gen/ts with protoc-gen-es from web/node_modules), rebuild the UI
 	buf generate
+	npm run --prefix web build
+
+# The web console: dependencies exactly as web/package-lock.json pins them (`npm ci`), then
+# `tsc --noEmit` (strict) and the esbuild bundle into web/dist, which the control plane serves.
+
+$(WEB_DEPS): web/package.json web/package-lock.json
+	npm ci --prefix web
+	touch $@
+
+web: $(WEB_DEPS)  ## build the web console into web/dist
+	npm run --prefix web build
 
 lint: venv
 	ruff check .

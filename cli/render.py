@@ -207,3 +207,43 @@ def series_summary(s: telemetry_pb2.MetricSeries) -> dict[str, object]:
         "min": min(values) if values else None,
         "max": max(values) if values else None,
     }
+
+
+def compare_table(runs: Sequence[tuple[job_pb2.Job, Sequence[telemetry_pb2.MetricSeries]]]) -> Table:
+    """`sf job compare`: one row per (metric, run): latest, min, max, trend, and what differed."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col, justify in (
+        ("METRIC", "left"),
+        ("RUN", "left"),
+        ("STATE", "left"),
+        ("STEP", "right"),
+        ("LATEST", "right"),
+        ("MIN", "right"),
+        ("MAX", "right"),
+        ("TREND", "left"),
+        ("DIFFERS BY", "left"),
+    ):
+        table.add_column(col, justify=justify, no_wrap=col != "DIFFERS BY")  # type: ignore[arg-type]
+    names = sorted({s.name for _, series in runs for s in series})
+    for metric in names:
+        for job, series in runs:
+            s = next((x for x in series if x.name == metric), None)
+            differs = " ".join(f"{o.key}={o.value}" for o in job.spec.overrides) or "-"
+            if job.provenance.git_commit:
+                differs += f" @{job.provenance.git_commit[:8]}"
+            if s is None or not s.points:
+                table.add_row(metric, job.job_id, state_name(job.state), "-", "-", "-", "-", "", differs)
+                continue
+            values = [p.value for p in s.points]
+            table.add_row(
+                metric,
+                job.job_id,
+                state_name(job.state),
+                str(s.points[-1].step),
+                f"{values[-1]:.6g}",
+                f"{min(values):.6g}",
+                f"{max(values):.6g}",
+                sparkline(values, width=20),
+                differs,
+            )
+    return table

@@ -135,6 +135,13 @@ def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[st
             f"{recipe.name} needs training data: pass --train-data <path> (or --train-dataset owner/name@v)",
             er.ERROR_REASON_MISSING_INPUT,
         )
+    if recipe.requires_validation_data and not (spec.validation_data.path or spec.validation_data.dataset):
+        raise _field(
+            "validation_data",
+            f"{recipe.name} needs validation data: pass --validation-data <path> "
+            "(or set data.validation in config.yaml)",
+            er.ERROR_REASON_MISSING_INPUT,
+        )
     mode, url = observability(spec, recipe, config)
     if config.get("observability") not in (None, "platform", "external") and not isinstance(
         config.get("observability"), dict
@@ -153,6 +160,49 @@ def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[st
                 "then_stages",
                 f"--then {stage}: {recipe.name} offers stages {', '.join(recipe.stages) or 'none'}",
             )
+
+
+def check_shapes(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool]) -> None:
+    """Methods that need GPUs, and methods that run on one node only."""
+    if not recipe.runs_on_cpu and any(p.gpus_per_node == 0 for p in pools):
+        raise _field(
+            "pools",
+            f"{recipe.name} needs GPUs; ask for a GPU profile (e.g. --profile {recipe.default_profile or 'h100:1'})",
+            er.ERROR_REASON_BAD_PROFILE,
+        )
+    if recipe.max_nodes and any(p.nodes > recipe.max_nodes for p in pools):
+        raise _field(
+            "pools",
+            f"{recipe.name} runs on at most {recipe.max_nodes} node(s) per pool; ask for fewer GPUs",
+            er.ERROR_REASON_BAD_PROFILE,
+        )
+
+
+def _get(config: dict[str, Any], key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def check_global_batch(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool], config: dict[str, Any]) -> None:
+    """The global batch must split evenly over the data-parallel ranks (the GPUs of the training pool)."""
+    if not recipe.global_batch_key:
+        return
+    value = _get(config, recipe.global_batch_key)
+    train = [p for p in pools if not recipe.data_parallel_pool or p.name == recipe.data_parallel_pool] or list(pools)
+    dp = sum(p.nodes * p.gpus_per_node for p in train)
+    if isinstance(value, int) and dp > 0 and value % dp != 0:
+        lower, upper = value - value % dp, value - value % dp + dp
+        key = recipe.global_batch_key
+        raise errors.InvalidArgument(
+            f"{key}={value} does not divide over {dp} data-parallel GPUs; use a multiple of {dp} "
+            f"(e.g. {lower or upper} or {upper})",
+            reason=er.ERROR_REASON_BAD_BATCH_SIZE,
+            field_violations=(errors.FieldViolation(f"overrides[{key}]", f"must be a multiple of {dp}"),),
+        )
 
 
 def resolve_image(
@@ -295,6 +345,8 @@ def admit(
                 f"{recipe.name} pools are {', '.join(recipe.pool_names)}; got {', '.join(unknown)}",
                 er.ERROR_REASON_BAD_PROFILE,
             )
+    check_shapes(recipe, pools)
+    check_global_batch(recipe, pools, resolved)
     if spec.retry_budget < 0:
         raise _field("retry_budget", "retry budget must not be negative")
     image, runtime_id = resolve_image(spec, recipe, config, cfg)

@@ -159,14 +159,19 @@ def mounts(spec: job_spec_pb2.JobSpec) -> list[tuple[str, str]]:
 def pin(s: Session, spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> job_spec_pb2.JobSpec:
     """A copy of `spec` whose dataset references carry resolved versions (the job always reads the
     version that existed at submit), after checking that every named file is in its dataset.
-    `data.train.dataset` / `data.train.path` in config.yaml stand in for --train-dataset/--train-data."""
+    config.yaml's `model:` and `data: {train:, validation:}` (a path, or {dataset:, path:}) stand in
+    for --model / --train-data / --train-dataset / --validation-data when those are not given."""
     pinned = job_spec_pb2.JobSpec()
     pinned.CopyFrom(spec)
+    if not pinned.model and isinstance(config.get("model"), str):
+        pinned.model = str(config["model"])
     data = config.get("data")
     if isinstance(data, dict):
         for key, ref in (("train", pinned.train_data), ("validation", pinned.validation_data)):
             section = data.get(key)
-            if isinstance(section, dict):
+            if isinstance(section, str) and not ref.path and not ref.dataset:
+                ref.path = section
+            elif isinstance(section, dict):
                 if not ref.dataset and section.get("dataset"):
                     ref.dataset = str(section["dataset"])
                 if not ref.path and section.get("path"):

@@ -92,11 +92,21 @@ def executor_config(state_dir: pathlib.Path, runtime: str) -> pathlib.Path:
     return path
 
 
+_built: list[pathlib.Path] = []
+
+
 def ensure_capsule() -> pathlib.Path:
-    """Build runner.pex if this checkout has not built it yet (`make capsule` does the same)."""
-    if not (CAPSULE_DIR / "manifest.json").exists():
+    """Build runner.pex for this checkout (`make capsule` does the same). The build is a quick no-op
+    when the runner's sources are unchanged, so a stale runner.pex never ships; once per process."""
+    if not _built:
         log.info("building the capsule (runner.pex) into %s", CAPSULE_DIR)
-        subprocess.run([sys.executable, "-m", "capsule.build", "--out", str(CAPSULE_DIR)], check=True, cwd=REPO)
+        subprocess.run(
+            [sys.executable, "-m", "capsule.build", "--out", str(CAPSULE_DIR)],
+            check=True,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+        )
+        _built.append(CAPSULE_DIR)
     return CAPSULE_DIR
 
 

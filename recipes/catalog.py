@@ -30,6 +30,9 @@ class ParameterDecl:
     choices: list[str] = field(default_factory=list)
     doc: str = ""
     required: bool = False
+    # A StarForge alias: the framework has no key of this name; the adapter writes the value to
+    # `maps_to` (the framework's real key). Set only where a documented seed command line needs it.
+    maps_to: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,14 +59,25 @@ class RecipeDecl:
     artifacts: list[str] = field(default_factory=list)
     requires_model: bool = False
     requires_train_data: bool = False
+    # verl validates on data.val_files at every test_freq: without --validation-data it cannot start.
+    requires_validation_data: bool = False
     requires_image: bool = False
     multi_pool: bool = False
     pool_names: list[str] = field(default_factory=list)
     default_profile: str = ""
     default_observability: str = "platform"
     stages: list[str] = field(default_factory=list)
-    # Parameters that hold a global batch size and how the data-parallel size divides it.
-    batch_size_key: str = ""
+    # The parameter holding the global batch size (samples per optimizer step across all ranks):
+    # admission refuses a value that the data-parallel size does not divide.
+    global_batch_key: str = ""
+    # Multi-pool methods: the pool whose GPUs form the data-parallel group (verl's trainer pool);
+    # the global batch is divided across it, not across the rollout pool. Empty: every pool.
+    data_parallel_pool: str = ""
+    # Whether the method runs on a CPU-only pool (`--profile cpu`): TRL does (slowly); verl and
+    # NeMo-RL need GPUs (vLLM, NCCL).
+    runs_on_cpu: bool = False
+    # The most nodes one pool may span; 0 = no limit. TRL's CLI launches accelerate on one machine.
+    max_nodes: int = 0
     digest: str = ""
     path: str = ""
 
@@ -100,9 +114,69 @@ def _validate(decl: RecipeDecl, path: pathlib.Path) -> None:
         raise ConfigError(f"{where}: at least one runtime is required")
     if sum(r.default for r in decl.runtimes) != 1:
         raise ConfigError(f"{where}: exactly one runtime must be the default")
+    versions = [r.framework_version for r in decl.runtimes]
+    if len(set(versions)) != len(versions):
+        raise ConfigError(f"{where}: a framework version is listed twice")
+    keys = [p.key for p in decl.parameters]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"{where}: a parameter key is declared twice")
     for p in decl.parameters:
-        if p.type not in PARAM_TYPES:
-            raise ConfigError(f"{where}: parameter {p.key}: type must be one of {', '.join(PARAM_TYPES)}")
+        _check_parameter(p, keys, where)
+    _check_pools(decl, where)
+
+
+def _check_parameter(p: ParameterDecl, keys: list[str], where: str) -> None:
+    """A declaration mistake (unknown type, a default of the wrong type, an alias of a declared key)
+    would otherwise surface as a refused submission of every user of the method."""
+    at = f"{where}: parameter {p.key}"
+    if not p.key or any(not part for part in p.key.split(".")):
+        raise ConfigError(f"{at}: the key must be a dotted name")
+    if p.type not in PARAM_TYPES:
+        raise ConfigError(f"{at}: type must be one of {', '.join(PARAM_TYPES)}")
+    if p.default is None:
+        # `sf new` writes every default into config.yaml; a null there is refused on submit.
+        raise ConfigError(f"{at}: a default is required")
+    if not _has_type(p.type, p.default):
+        raise ConfigError(f"{at}: default {p.default!r} is not a {p.type}")
+    if p.type in ("int", "float"):
+        if p.min is not None and p.default < p.min:
+            raise ConfigError(f"{at}: default {p.default} is below min {p.min:g}")
+        if p.max is not None and p.default > p.max:
+            raise ConfigError(f"{at}: default {p.default} is above max {p.max:g}")
+    if p.choices:
+        if p.type != "string":
+            raise ConfigError(f"{at}: choices are for string parameters")
+        if p.default not in p.choices:
+            raise ConfigError(f"{at}: default {p.default!r} is not one of its choices")
+    if not p.doc:
+        raise ConfigError(f"{at}: doc is required (one line: what it does)")
+    if p.maps_to and (p.maps_to == p.key or p.maps_to in keys):
+        raise ConfigError(f"{at}: maps_to {p.maps_to!r} must be a framework key that is not declared itself")
+
+
+def _has_type(kind: str, value: Any) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_pools(decl: RecipeDecl, where: str) -> None:
+    if decl.multi_pool != bool(decl.pool_names):
+        raise ConfigError(f"{where}: a multi_pool method names its pools (pool_names), and only it does")
+    if decl.data_parallel_pool and decl.data_parallel_pool not in decl.pool_names:
+        raise ConfigError(f"{where}: data_parallel_pool {decl.data_parallel_pool!r} is not one of pool_names")
+    if decl.global_batch_key:
+        batch = decl.parameter(decl.global_batch_key)
+        if batch is None or batch.type != "int":
+            raise ConfigError(f"{where}: global_batch_key {decl.global_batch_key!r} must be a declared int parameter")
+    if decl.max_nodes < 0:
+        raise ConfigError(f"{where}: max_nodes must be >= 0 (0 = no limit)")
 
 
 def load_recipe(path: pathlib.Path) -> RecipeDecl:

@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from sfpb.starforge.ingest import v1 as ingest
@@ -29,6 +30,7 @@ from .environment import training_env
 from .errors import EXIT_PRECHECK, EXIT_RUNNER_ERROR, PrecheckError, RunnerConfigError
 from .ingest import IngestSender
 from .journal import Journal, JournalError
+from .logmetrics import LogMetrics
 from .logs import LogForwarder
 from .process import TrainingProcess, exit_status
 from .reporter import FailureClass, LogStream, Phase, Reporter
@@ -150,6 +152,7 @@ class Runner:
             workspace_dir=settings.workspace_dir,
             scratch_dir=settings.scratch_dir,
             config_path=config_path,
+            environ=self._environ,
         )
         command = adapter.command(ctx)
         self._command_name = command.name
@@ -175,8 +178,9 @@ class Runner:
                 Phase.COMMAND_STARTED,
                 details={"command": shlex.join(command.argv), "pid": str(proc.pid), "cwd": str(command.cwd)},
             )
-            out = LogForwarder(reporter, LogStream.STDOUT, _binary(sys.stdout))
-            err = LogForwarder(reporter, LogStream.STDERR, _binary(sys.stderr), hints.observe)
+            parsed = LogMetrics(command.metrics, reporter).observe if command.metrics is not None else None
+            out = LogForwarder(reporter, LogStream.STDOUT, _binary(sys.stdout), parsed)
+            err = LogForwarder(reporter, LogStream.STDERR, _binary(sys.stderr), _both(hints.observe, parsed))
             pumps: list[asyncio.Future[None]] = [
                 asyncio.ensure_future(out.pump(proc.stdout)),
                 asyncio.ensure_future(err.pump(proc.stderr)),
@@ -283,6 +287,20 @@ class Runner:
         if self._environ.get("FORGE_RESUME") == "1":
             facts["resume"] = "1"
         return facts
+
+
+LineObserver = Callable[[list[str]], None]
+
+
+def _both(first: LineObserver, second: LineObserver | None) -> LineObserver:
+    if second is None:
+        return first
+
+    def observe(lines: list[str]) -> None:
+        first(lines)
+        second(lines)
+
+    return observe
 
 
 def _binary(stream: Any) -> Any:

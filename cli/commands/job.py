@@ -274,3 +274,62 @@ def metrics_cmd(
         out.info("no metrics reported (yet)")
     else:
         out.show(render.metrics_table(resp.series))
+
+
+@app.command("compare")
+def compare_cmd(
+    ctx: typer.Context,
+    job_ids: Annotated[list[str] | None, typer.Argument(help="Jobs to compare.", metavar="JOB_ID...")] = None,
+    experiment: Annotated[
+        str, typer.Option("--experiment", "-e", help="Compare the latest runs of this experiment instead.")
+    ] = "",
+    last: Annotated[int, typer.Option("--last", help="With --experiment: how many recent runs.")] = 5,
+    name: Annotated[list[str] | None, typer.Option("--name", help="Only this metric (repeat).")] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Compare runs side by side: per metric, each run's latest, best and trend, and what differed
+    (overrides, commit).
+
+    Example: `sf job compare -e my-grpo --last 3 --name loss`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    client = st.client()
+    if bool(job_ids) == bool(experiment):
+        raise usage("name the jobs to compare, or one experiment with --experiment (not both)")
+    if experiment:
+        listed = client.call(
+            client.control.ListJobs,
+            control_service_pb2.ListJobsRequest(experiment=experiment, page_size=max(1, min(last, 50))),
+        )
+        jobs = list(listed.jobs)
+        if not jobs:
+            raise usage(f"no runs of experiment {experiment!r}")
+    else:
+        jobs = [
+            client.call(client.control.GetJob, control_service_pb2.GetJobRequest(job_id=j)).job for j in job_ids or []
+        ]
+    runs = []
+    for job in jobs:
+        resp = client.call(
+            client.control.GetJobMetrics,
+            control_service_pb2.GetJobMetricsRequest(job_id=job.job_id, names=name or [], max_points=200),
+        )
+        runs.append((job, list(resp.series)))
+    if out.json:
+        out.data(
+            {
+                "runs": [
+                    {
+                        "job_id": job.job_id,
+                        "state": state_name(job.state),
+                        "overrides": {o.key: o.value for o in job.spec.overrides},
+                        "git_commit": job.provenance.git_commit,
+                        "series": [render.series_summary(s) for s in series],
+                    }
+                    for job, series in runs
+                ]
+            }
+        )
+        return
+    out.show(render.compare_table(runs))

@@ -70,3 +70,27 @@ async def test_console_not_reachable(tmp_path: pathlib.Path) -> None:
         assert f"cannot reach the console at {dead}" in r.stderr
         assert "Traceback" not in r.stderr
         assert st.JOB_STATE_QUEUED
+
+
+async def test_compare_runs_of_an_experiment(tmp_path: pathlib.Path) -> None:
+    script = """#!/usr/bin/env bash
+python3 - <<'PY'
+import json, os, starforge
+lr = json.load(open(os.environ["FORGE_CONFIG"]))["lr"]
+for step in range(1, 6):
+    starforge.report(step=step, loss=1.0 / (step * lr))
+PY
+"""
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp", script, config={"lr": 1.0})
+        ids = []
+        for lr in ("1.0", "2.0"):
+            r = await c.sf_async("-o", "json", "submit", "exp", "-s", f"lr={lr}", "--follow", cwd=lab)
+            ids.append(json.loads(r.stdout.splitlines()[0]).get("job_id") if r.stdout.startswith("{") else None)
+        out = json.loads((await c.sf_async("-o", "json", "job", "compare", "-e", "exp", "--name", "loss")).stdout)
+        runs = {tuple(sorted(r["overrides"].items())): r for r in out["runs"]}
+        assert set(runs) == {(("lr", "1.0"),), (("lr", "2.0"),)}
+        latest = {k[0][1]: r["series"][0]["latest"] for k, r in runs.items()}
+        assert latest == {"1.0": 0.2, "2.0": 0.1}
+        text = (await c.sf_async("job", "compare", "-e", "exp")).stdout
+        assert "DIFFERS BY" in text and "lr=2.0" in text

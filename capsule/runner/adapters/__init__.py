@@ -8,10 +8,15 @@ is a refusal, never a guess.
 
 from __future__ import annotations
 
-from .base import Adapter, AdapterContext, CommandSpec
+from .base import Adapter, AdapterContext, CommandSpec, MetricParser, MetricPoint
 from .custom import CustomAdapter
+from .nemo_rl import NemoRlAdapter
+from .trl import TrlAdapter
+from .verl import VerlAdapter
 
-REGISTRY: dict[str, Adapter] = {adapter.name: adapter for adapter in (CustomAdapter(),)}
+REGISTRY: dict[str, Adapter] = {
+    adapter.name: adapter for adapter in (CustomAdapter(), TrlAdapter(), VerlAdapter(), NemoRlAdapter())
+}
 
 
 def get_adapter(name: str) -> Adapter:
@@ -28,4 +33,4 @@ def get_adapter(name: str) -> Adapter:
         ) from None
 
 
-__all__ = ["REGISTRY", "Adapter", "AdapterContext", "CommandSpec", "get_adapter"]
+__all__ = ["REGISTRY", "Adapter", "AdapterContext", "CommandSpec", "MetricParser", "MetricPoint", "get_adapter"]

@@ -108,8 +108,8 @@ def test_custom_adapter_prechecks(tmp_path: pathlib.Path) -> None:
         get_adapter("custom").command(_ctx(tmp_path, entrypoint="experiments/x/train.sh"))
     with pytest.raises(PrecheckError, match="relative path inside the workspace"):
         get_adapter("custom").command(_ctx(tmp_path, entrypoint="../outside/train.sh"))
-    with pytest.raises(PrecheckError, match=r"adapter 'verl'.*known: custom"):
-        get_adapter("verl")
+    with pytest.raises(PrecheckError, match=r"adapter 'nope'.*known: custom, nemo-rl, trl, verl"):
+        get_adapter("nope")
 
 
 def test_exit_status_of_signals() -> None:
