@@ -156,6 +156,11 @@ class ControlConfig:
                 windows.parse(f.window)
             except ConfigError as e:
                 raise ConfigError(f"fleets.{f.name}.window: {e}") from None
+            if f.kind == "kuberay" and not self.http_listen:
+                raise ConfigError(
+                    f"fleets.{f.name}: kuberay pods fetch their capsule over HTTP; set http_listen "
+                    "(and public_http_url when pods cannot reach it directly)"
+                )
             if f.kind not in EXECUTOR_KINDS:
                 raise ConfigError(
                     f"fleets.{f.name}.kind: unknown executor kind {f.kind!r}; valid kinds: {', '.join(EXECUTOR_KINDS)}"

@@ -90,12 +90,33 @@ def drain(s: Session, name: str) -> node_pb2.Node:
     return _proto(row)
 
 
+def undrain(s: Session, name: str) -> node_pb2.Node:
+    row = s.get(m.Node, name, with_for_update=True)
+    if row is None:
+        raise errors.NotFound(f"node {name} not found")
+    row.state = node_pb2.NODE_STATE_READY
+    return _proto(row)
+
+
+def draining_attempts(s: Session) -> dict[str, tuple[int, str]]:
+    """Active attempts on draining nodes, as platform stops: attempt id -> (DRAIN, message)."""
+    out: dict[str, tuple[int, str]] = {}
+    draining = [r.name for r in s.scalars(select(m.Node).where(m.Node.state == node_pb2.NODE_STATE_DRAINING))]
+    if draining:
+        for a in s.scalars(select(m.Attempt).where(m.Attempt.node.in_(draining), m.Attempt.state.in_(sm.ACTIVE))):
+            out[a.id] = (st.WAIT_REASON_DRAIN, f"node {a.node} is draining")
+    return out
+
+
 def mark_lost(s: Session, timeout: float, now: float | None = None) -> list[jobs.Transition]:
     """Mark silent nodes LOST and fail the attempts placed on them (retryable)."""
     now = time.time() if now is None else now
     out: list[jobs.Transition] = []
     for row in s.scalars(
-        select(m.Node).where(m.Node.last_heartbeat < now - timeout, m.Node.state != node_pb2.NODE_STATE_LOST)
+        select(m.Node).where(
+            m.Node.last_heartbeat < now - timeout,
+            m.Node.state.not_in((node_pb2.NODE_STATE_LOST, node_pb2.NODE_STATE_DRAINED)),
+        )
     ):
         row.state = node_pb2.NODE_STATE_LOST
         for attempt in s.scalars(

@@ -17,6 +17,8 @@ from executor_svc.base import Executor
 KINDS: dict[str, str] = {
     "local": "executor_svc.local:KIND",
     "kuberay": "executor_svc.kuberay:KIND",
+    "slurm": "executor_svc.slurm:KIND",
+    "agent": "executor_svc.agent:KIND",
 }
 
 

@@ -79,6 +79,7 @@ def maybe_auto_retry(s: Session, job: m.Job, attempt: m.Attempt, *, now: float) 
     if attempt.failure_class not in diagnosis.RETRYABLE or job.retries_used >= job.retry_budget:
         return []
     job.retries_used += 1
+    job.next_cause = job_pb2.ATTEMPT_CAUSE_AUTO_RETRY
     job.not_before = now + RETRY_BACKOFF_SECONDS[min(job.retries_used - 1, len(RETRY_BACKOFF_SECONDS) - 1)]
     t = jobs.transition(
         s,

@@ -24,14 +24,22 @@ WINDOW = "window"
 DRAIN = "drain"
 
 
-def request_stops(s: Session, closed: dict[str, tuple[int, str]]) -> list[tuple[str, str]]:
-    """Ask active attempts on closed fleets to stop (window) or pause (drain); returns (attempt, fleet)."""
+def request_stops(
+    s: Session, closed: dict[str, tuple[int, str]], nodes: dict[str, tuple[int, str]] | None = None
+) -> list[tuple[str, str]]:
+    """Ask active attempts on closed fleets (window: stop; drain: pause), and on draining nodes
+    (`nodes`: attempt id -> (DRAIN, message)), to end; returns (attempt, fleet) to stop."""
     out: list[tuple[str, str]] = []
-    if not closed:
+    nodes = nodes or {}
+    if not closed and not nodes:
         return out
-    rows = s.scalars(select(m.Attempt).where(m.Attempt.state.in_(sm.ACTIVE), m.Attempt.fleet.in_(list(closed))))
+    rows = s.scalars(
+        select(m.Attempt).where(
+            m.Attempt.state.in_(sm.ACTIVE), m.Attempt.fleet.in_(list(closed)) | m.Attempt.id.in_(list(nodes))
+        )
+    )
     for attempt in rows:
-        reason, message = closed[attempt.fleet]
+        reason, message = closed.get(attempt.fleet) or nodes[attempt.id]
         job = jobs.get_job(s, attempt.job_id, for_update=True)
         if job.desired or attempt.number != job.attempts_count:
             continue

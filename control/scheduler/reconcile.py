@@ -172,7 +172,7 @@ class Reconciler:
 
         def apply(s: Session) -> tuple[list[tuple[str, str]], list[str]]:
             closed = closed_fleets(s, self.ctx)
-            return platform.request_stops(s, closed), platform.requeue(s, closed)
+            return platform.request_stops(s, closed, nodes.draining_attempts(s)), platform.requeue(s, closed)
 
         stops, requeued = await self.ctx.db.run(apply)
         for attempt_id, fleet in stops:

@@ -33,4 +33,9 @@ class NodeRegistryServicer(pb_grpc.NodeRegistryServiceServicer):
         return pb.ListNodesResponse(nodes=await self.ctx.db.run(lambda s: nodes.list_nodes(s, request.fleet)))
 
     async def DrainNode(self, request: pb.DrainNodeRequest, context: Any) -> pb.DrainNodeResponse:
-        return pb.DrainNodeResponse(node=await self.ctx.db.run(lambda s: nodes.drain(s, request.name)))
+        node = await self.ctx.db.run(lambda s: nodes.drain(s, request.name))
+        self.ctx.notifier.notify("reconcile")  # pause its running attempts now
+        return pb.DrainNodeResponse(node=node)
+
+    async def UndrainNode(self, request: pb.UndrainNodeRequest, context: Any) -> pb.UndrainNodeResponse:
+        return pb.UndrainNodeResponse(node=await self.ctx.db.run(lambda s: nodes.undrain(s, request.name)))

@@ -31,8 +31,8 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED, MANAGED_BY, labels_for
+from executor_svc.capsule_env import CapsulePaths, capsule_env
 from executor_svc.local.config import DockerConfig
-from executor_svc.local.env import CapsulePaths, capsule_env
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import (
     LOG_TAIL_LINES,

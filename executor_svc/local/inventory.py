@@ -111,13 +111,45 @@ class GpuPool:
             )
 
     async def allocate(
-        self, attempt_id: str, series: str, count: int, still_running: Callable[[str], Awaitable[bool]]
+        self,
+        attempt_id: str,
+        series: str,
+        count: int,
+        still_running: Callable[[str], Awaitable[bool]],
+        want: Sequence[int] | None = None,
     ) -> list[int]:
         """Take `count` GPUs (lowest free indices) of `series`, or ResourceExhausted.
 
+        `want` names the exact GPUs to take instead, when a scheduler elsewhere chose them (the
+        agent executor places attempts on forgelet nodes): InvalidArgument when they are not
+        `count` distinct GPUs of the series, ResourceExhausted when one of them is held.
         Call under the executor's launch lock, which stays held until the attempt started.
         """
         await self.ensure_room(series, count, still_running)
-        gpus = self.free(series)[:count]
+        if want is None:
+            gpus = self.free(series)[:count]
+        else:
+            gpus = await self._wanted(series, count, list(want), still_running)
         self.hold(attempt_id, series, gpus)
         return gpus
+
+    async def _wanted(
+        self, series: str, count: int, want: list[int], still_running: Callable[[str], Awaitable[bool]]
+    ) -> list[int]:
+        known = set(self._series[series].indices())
+        if len(set(want)) != len(want) or len(want) != count or not set(want) <= known:
+            raise errors.InvalidArgument(
+                f"GPUs {want} are not {count} distinct {series} GPUs of this node (it has {sorted(known)})",
+                field_violations=(errors.FieldViolation("gpu_indices", f"{count} distinct of {sorted(known)}"),),
+            )
+        busy = sorted(set(want) - set(self.free(series)))
+        if busy:
+            await self.release_ended(still_running)
+            busy = sorted(set(want) - set(self.free(series)))
+        if busy:
+            raise errors.ResourceExhausted(
+                f"{series} GPUs {busy} of this node are in use by another attempt",
+                quota_violations=(errors.QuotaViolation(f"{series} gpus", f"GPUs {busy} in use"),),
+                retry_after_seconds=5.0,
+            )
+        return sorted(want)

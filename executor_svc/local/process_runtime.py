@@ -23,7 +23,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from executor_svc.local.env import CapsulePaths, capsule_env, inherited_env
+from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
 

@@ -279,15 +279,16 @@ class SlurmClient:
         )
         return self._signal_result(body, what)
 
-    async def signal(self, job_id: int, signal_name: str) -> bool:
-        """Send `signal_name` (e.g. "SIGUSR1") to every process of the job, batch script included,
-        without cancelling it. False if the job had already ended or never existed."""
+    async def signal(self, job_id: int, signal_name: str, *, steps_only: bool = False) -> bool:
+        """Send `signal_name` (e.g. "SIGUSR1") to every process of the job, batch script included
+        (with `steps_only`: of its srun steps only, not the batch script), without cancelling it.
+        False if the job had already ended or never existed."""
         what = f"signal {signal_name} to job {job_id}"
         body = await self._call(
             "DELETE",
             f"/job/{int(job_id)}",
             what=what,
-            params={"signal": signal_name, "flags": "FULL_JOB"},
+            params={"signal": signal_name, "flags": "FULL_STEPS_ONLY" if steps_only else "FULL_JOB"},
             allow=(api.ERR_INVALID_JOB_ID, api.ERR_ALREADY_DONE),
         )
         return self._signal_result(body, what)

@@ -131,6 +131,9 @@ class BatchJob:
     standard_output: str = ""
     standard_error: str = ""
     time_limit_minutes: int | None = None
+    # Further job_desc_msg fields (account, qos, constraints, ...) for every component, as the
+    # fleet's configuration gives them; fields set above win.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         problems = []
@@ -154,7 +157,8 @@ class BatchJob:
 
     def component_json(self, resources: JobComponent, *, first: bool) -> dict[str, Any]:
         """One job_desc_msg: this job's common fields plus `resources` (script only in the first)."""
-        body: dict[str, Any] = {
+        body: dict[str, Any] = dict(self.extra)
+        body |= {
             "name": self.name,
             "current_working_directory": self.working_directory,
             "environment": [f"{key}={value}" for key, value in sorted(self.environment.items())],

@@ -27,7 +27,7 @@ from starforge.control.v1 import blob_service_pb2 as blob
 from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
 from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
-from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
+from starforge.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, workspace_pb2
 
 from common.channel import aio_channel, bearer
 from control import embedded
@@ -117,7 +117,9 @@ class Console:
         job = await self.get(job_id)
         while job.state not in states:
             if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} is {job_pb2.JobState.Name(job.state)}, wanted {states}: {job}")
+                raise AssertionError(
+                    f"job {job_id} is {job_state_pb2.JobState.Name(job.state)}, wanted {states}: {job}"
+                )
             await asyncio.sleep(0.1)
             job = await self.get(job_id)
         return job
@@ -168,7 +170,10 @@ class Console:
         if method == "custom/custom":
             (exp / "train.sh").write_text(train_sh)
             (exp / "train.sh").chmod(0o755)
-        cfg = {"image": "host", "observability": "platform", **(config or {})}
+            cfg = {"image": "host", "observability": "platform", **(config or {})}
+        else:  # keep the defaults `sf new` wrote, change only what the test asks
+            cfg = yaml.safe_load((exp / "config.yaml").read_text()) or {}
+            cfg.update(config or {})
         (exp / "config.yaml").write_text(yaml.safe_dump(cfg))
         for rel, text in (files or {}).items():
             (lab / rel).parent.mkdir(parents=True, exist_ok=True)

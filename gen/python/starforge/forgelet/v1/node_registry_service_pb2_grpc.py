@@ -58,6 +58,11 @@ class NodeRegistryServiceStub:
                 request_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.DrainNodeRequest.SerializeToString,
                 response_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.DrainNodeResponse.FromString,
                 _registered_method=True)
+        self.UndrainNode = channel.unary_unary(
+                '/starforge.forgelet.v1.NodeRegistryService/UndrainNode',
+                request_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeRequest.SerializeToString,
+                response_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeResponse.FromString,
+                _registered_method=True)
 
 
 class NodeRegistryServiceServicer:
@@ -99,6 +104,14 @@ class NodeRegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UndrainNode(self, request, context):
+        """UndrainNode makes a draining or drained node READY again (after maintenance).
+        Errors: NOT_FOUND, UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeRegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +134,11 @@ def add_NodeRegistryServiceServicer_to_server(servicer, server):
                     servicer.DrainNode,
                     request_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.DrainNodeRequest.FromString,
                     response_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.DrainNodeResponse.SerializeToString,
+            ),
+            'UndrainNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainNode,
+                    request_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeRequest.FromString,
+                    response_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -235,6 +253,33 @@ class NodeRegistryService:
             '/starforge.forgelet.v1.NodeRegistryService/DrainNode',
             starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.DrainNodeRequest.SerializeToString,
             starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.DrainNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starforge.forgelet.v1.NodeRegistryService/UndrainNode',
+            starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeRequest.SerializeToString,
+            starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

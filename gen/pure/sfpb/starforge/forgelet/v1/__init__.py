@@ -29,6 +29,8 @@ __all__ = (
     "StartAttemptResponse",
     "StopAttemptRequest",
     "StopAttemptResponse",
+    "UndrainNodeRequest",
+    "UndrainNodeResponse",
 )
 
 import datetime
@@ -520,6 +522,36 @@ class StopAttemptResponse(betterproto2.Message):
 default_message_pool.register_message("starforge.forgelet.v1", "StopAttemptResponse", StopAttemptResponse)
 
 
+@dataclass(eq=False, repr=False)
+class UndrainNodeRequest(betterproto2.Message):
+    """
+    UndrainNodeRequest names a node.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Node name.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "UndrainNodeRequest", UndrainNodeRequest)
+
+
+@dataclass(eq=False, repr=False)
+class UndrainNodeResponse(betterproto2.Message):
+    """
+    UndrainNodeResponse returns the node.
+    """
+
+    node: "Node | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The node, READY.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "UndrainNodeResponse", UndrainNodeResponse)
+
+
 class ForgeletServiceStub(betterproto2_grpclib.ServiceStub):
     """
     ForgeletService is served by forgelet on each GPU node and called by the agent executor.
@@ -759,6 +791,28 @@ class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
             "/starforge.forgelet.v1.NodeRegistryService/DrainNode",
             message,
             DrainNodeResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def undrain_node(
+        self,
+        message: "UndrainNodeRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "UndrainNodeResponse":
+        """
+        UndrainNode makes a draining or drained node READY again (after maintenance).
+        Errors: NOT_FOUND, UNAUTHENTICATED.
+        """
+
+        return await self._unary_unary(
+            "/starforge.forgelet.v1.NodeRegistryService/UndrainNode",
+            message,
+            UndrainNodeResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,

@@ -1,8 +1,11 @@
 """The capsule's environment (docs/ARCHITECTURE.md, "The capsule"), built from a LaunchRequest.
 
+Shared by every executor kind (local, slurm), so the variables and their precedence are defined once.
+
 The request's `env` and `secret_env` come first; the executor's own FORGE_* variables are set
 last so a request can never point FORGE_OUT_DIR (or any other path the executor owns) elsewhere.
-Paths are those the capsule sees: host paths for the process runtime, mount points for docker.
+Paths are those the capsule sees: host paths for the process runtime, mount points for docker,
+shared-file-system paths for Slurm.
 """
 
 from __future__ import annotations

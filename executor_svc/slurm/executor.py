@@ -1,0 +1,402 @@
+"""SlurmExecutor: attempts as Slurm batch jobs, submitted through slurmrestd.
+
+Launch stages the capsule and workspace on the shared file system (staging.py), builds the
+batch script (script.py) and submits one job, or a heterogeneous job with one component per pool;
+observe maps slurmctld's record (or, once it forgot the job, the script's outcome marker) onto
+the ledger's states (observations.py); stop is Slurm's cancel; cleanup removes the staged files
+but never FORGE_OUT_DIR. Every job carries the attempt's labels in its comment, so a restarted
+executor finds its jobs by label as well as by its records in the staging dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from starforge.executor.v1 import executor_service_pb2 as ex_pb
+from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge.job.v1 import job_state_pb2 as st
+
+from common import errors
+from executor_svc import bundle
+from executor_svc.base import (
+    LABEL_ATTEMPT,
+    LABEL_MANAGED,
+    MANAGED_BY,
+    Capabilities,
+    Executor,
+    LaunchResult,
+    Observation,
+    SeriesInventory,
+    labels_for,
+    out_key,
+)
+from executor_svc.slurm import observations as obs_map
+from executor_svc.slurm.client import SlurmClient
+from executor_svc.slurm.config import SeriesConfig, SlurmConfig
+from executor_svc.slurm.models import BatchJob, JobComponent, SlurmJob
+from executor_svc.slurm.plan import container_for, plan_components, ray_spec, split_environment
+from executor_svc.slurm.script import Component, Container, ScriptSpec, build_script
+from executor_svc.slurm.staging import (
+    AttemptDirs,
+    AttemptRecord,
+    Layout,
+    check_id,
+    hand_over,
+    read_log_tail,
+    read_outcome,
+    read_started,
+)
+from executor_svc.slurm.states import job_ledger_state
+from executor_svc.slurm.tokens import TokenSource
+
+log = logging.getLogger("starforge.executor.slurm")
+T = TypeVar("T")
+
+VERSION = "0.1.0"
+LABEL_EXECUTOR = "starforge.dev/executor"
+# Stop: seconds beyond the grace for the runner to report and exit before the cancel; poll period.
+STOP_MARGIN_SECONDS = 3.0
+STOP_POLL_SECONDS = 0.5
+
+
+class SlurmExecutor(Executor):
+    """The `slurm` kind. Build it with `await SlurmExecutor.create(cfg)`."""
+
+    kind = "slurm"
+
+    def __init__(self, cfg: SlurmConfig, client: SlurmClient, tokens: TokenSource) -> None:
+        self.cfg = cfg
+        self.client = client
+        self.tokens = tokens
+        self.layout = Layout(cfg.staging_dir, cfg.out_dir)
+        self._attempt_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # Attempts whose Launch is in progress: observed as PENDING, not as "never started".
+        self._launching: set[str] = set()
+
+    @classmethod
+    async def create(cls, cfg: SlurmConfig) -> SlurmExecutor:
+        tokens = TokenSource(cfg)
+        client = SlurmClient(
+            cfg.restd_url, user=cfg.user, token=await tokens.current(), timeout_s=cfg.request_timeout_seconds
+        )
+        for d in (cfg.staging_dir, cfg.out_dir, cfg.blob_cache):
+            d.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(bundle.clear_tmp, cfg.blob_cache)
+        ex = cls(cfg, client, tokens)
+        try:
+            info = await ex._slurm(lambda c: c.ping())
+            log.info("slurm executor ready: Slurm %s at %s, staging %s", info.release, cfg.restd_url, cfg.staging_dir)
+        except errors.StarforgeError as exc:  # serve anyway: describe() reports it until it is back
+            log.warning("slurmrestd is not usable yet: %s", exc.message)
+        return ex
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def _slurm(self, op: Callable[[SlurmClient], Awaitable[T]]) -> T:
+        """Run one slurmrestd operation with a current token; renew it once if it was refused."""
+        self.client.set_token(await self.tokens.current())
+        try:
+            return await op(self.client)
+        except errors.Unauthenticated:
+            if not self.tokens.renewable:
+                raise
+            self.client.set_token(await self.tokens.current(force=True))
+            return await op(self.client)
+
+    def _attempt_lock(self, attempt_id: str) -> asyncio.Lock:
+        lock = self._attempt_locks.get(attempt_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._attempt_locks[attempt_id] = lock
+        return lock
+
+    def _labels(self) -> dict[str, str]:
+        return {LABEL_MANAGED: MANAGED_BY, LABEL_EXECUTOR: self.cfg.executor_name}
+
+    async def _our_jobs(self, extra: dict[str, str] | None = None) -> list[SlurmJob]:
+        """Jobs of this executor's Slurm user carrying its labels (plus `extra`)."""
+        wanted = self._labels() | (extra or {})
+        jobs = await self._slurm(lambda c: c.list_jobs(wanted))
+        return [j for j in jobs if not j.user_name or j.user_name == self.cfg.user]
+
+    # -- describe ---------------------------------------------------------------------------
+
+    async def describe(self) -> Capabilities:
+        await self._slurm(lambda c: c.ping())
+        caps = {
+            ex_pb.EXECUTOR_CAPABILITY_MULTI_POOL,
+            ex_pb.EXECUTOR_CAPABILITY_MULTI_NODE,
+            # FORGE_OUT_DIR lives on the shared file system and outlives every attempt.
+            ex_pb.EXECUTOR_CAPABILITY_PAUSE,
+        }
+        if any(s.gpus_per_node for s in self.cfg.inventory):
+            caps.add(ex_pb.EXECUTOR_CAPABILITY_GPUS)
+        if self.cfg.container_runtime != "none":
+            caps.add(ex_pb.EXECUTOR_CAPABILITY_IMAGES)
+        return Capabilities(
+            kind=self.kind,
+            runtime=self.cfg.runtime_name,
+            capabilities=frozenset(caps),
+            # Slurm queues what does not fit now, so the whole configured inventory is offered.
+            inventory=tuple(
+                SeriesInventory(s.series, s.nodes, s.gpus_per_node, s.nodes * s.gpus_per_node)
+                for s in self.cfg.inventory
+            ),
+            version=VERSION,
+        )
+
+    # -- launch -----------------------------------------------------------------------------
+
+    async def launch(self, request: lr_pb.LaunchRequest) -> LaunchResult:
+        plan = plan_components(self.cfg, request)
+        dirs = self.layout.attempt(request.attempt_id)
+        out_dir = self.layout.out_dir(out_key(request))
+        container = container_for(self.cfg, request, dirs)
+        async with self._attempt_lock(request.attempt_id):
+            existing = await asyncio.to_thread(AttemptRecord.load, dirs.record)
+            if existing is not None:
+                return LaunchResult(str(existing.slurm_job_id), already_launched=True, out_dir=existing.out_dir)
+            found = await self._our_jobs({LABEL_ATTEMPT: request.attempt_id})
+            if found:  # submitted by an executor that died before writing its record
+                record = self._record(request, found[0].job_id, out_dir, plan)
+                await asyncio.to_thread(self._save_adopted, dirs, record)
+                return LaunchResult(str(record.slurm_job_id), already_launched=True, out_dir=record.out_dir)
+            self._launching.add(request.attempt_id)
+            try:
+                record = await self._stage_and_submit(request, plan, container, dirs, out_dir)
+            finally:
+                self._launching.discard(request.attempt_id)
+        log.info("launched %s as Slurm job %d", request.attempt_id, record.slurm_job_id)
+        return LaunchResult(str(record.slurm_job_id), out_dir=record.out_dir, image_digest=request.image_digest)
+
+    def _record(
+        self,
+        request: lr_pb.LaunchRequest,
+        slurm_job_id: int,
+        out_dir: Path,
+        plan: Sequence[tuple[Component, SeriesConfig]],
+    ) -> AttemptRecord:
+        return AttemptRecord(
+            attempt_id=request.attempt_id,
+            job_id=request.job_id,
+            attempt_number=request.attempt_number,
+            slurm_job_id=slurm_job_id,
+            out_dir=str(out_dir),
+            created_at=time.time(),
+            pools=[
+                {"pool": c.pool, "series": s.series, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node}
+                for c, s in plan
+            ],
+            image=request.image,
+        )
+
+    @staticmethod
+    def _save_adopted(dirs: AttemptDirs, record: AttemptRecord) -> None:
+        dirs.root.mkdir(parents=True, exist_ok=True)
+        record.save(dirs.record)
+
+    async def _stage_and_submit(
+        self,
+        request: lr_pb.LaunchRequest,
+        plan: Sequence[tuple[Component, SeriesConfig]],
+        container: Container | None,
+        dirs: AttemptDirs,
+        out_dir: Path,
+    ) -> AttemptRecord:
+        try:
+            await self._materialize(request, dirs, out_dir)
+            exports, job_env = split_environment(self.cfg, request, dirs, out_dir)
+            components = [c for c, _ in plan]
+            script = build_script(
+                ScriptSpec(
+                    attempt_id=request.attempt_id,
+                    job_id=request.job_id,
+                    stage_dir=str(dirs.root),
+                    exports=exports,
+                    components=components,
+                    secret_names=sorted(k for k in job_env if k != "PATH"),
+                    container=container,
+                    ray=ray_spec(self.cfg, components),
+                    preamble=self.cfg.script_preamble,
+                )
+            )
+            await asyncio.to_thread(dirs.script.write_text, script)
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, dirs.root, True)
+            raise
+        labels = labels_for(request) | self._labels()
+        job = BatchJob(
+            name=f"sf-{request.attempt_id}",
+            script=script,
+            working_directory=str(dirs.workspace),
+            environment=job_env,
+            labels=labels,
+            partition=self.cfg.partition,
+            standard_output=str(dirs.log),  # stderr joins it, in order
+            time_limit_minutes=self.cfg.time_limit_minutes or None,
+            extra=self.cfg.job_fields,
+        )
+        resources = [
+            JobComponent(
+                nodes=c.nodes,
+                tasks=c.nodes,
+                tasks_per_node=1,
+                cpus_per_task=s.cpus_per_node or None,
+                gres_per_node=s.gres(c.gpus_per_node),
+                memory_per_node_mb=s.memory_per_node_mb or None,
+                partition=s.partition,
+            )
+            for c, s in plan
+        ]
+        try:
+            if len(resources) == 1:
+                submitted = await self._slurm(lambda cl: cl.submit(job, resources[0]))
+            else:
+                submitted = await self._slurm(lambda cl: cl.submit_heterogeneous(job, resources))
+        except (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied):
+            # Slurm refused it: nothing runs, so nothing staged is needed. (After a timeout the
+            # job may exist: the staged files stay for it and a second Launch finds it by label.)
+            await asyncio.to_thread(shutil.rmtree, dirs.root, True)
+            raise
+        for warning in submitted.warnings:
+            log.warning("slurmrestd on submitting %s: %s", request.attempt_id, warning)
+        record = self._record(request, submitted.job_id, out_dir, plan)
+        await asyncio.to_thread(record.save, dirs.record)
+        return record
+
+    async def _materialize(self, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path) -> None:
+        await asyncio.to_thread(shutil.rmtree, dirs.root, True)  # a failed launch's leftovers
+        for d in (dirs.capsule, dirs.workspace, dirs.scratch, out_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        await bundle.materialize(
+            request,
+            dirs.capsule,
+            dirs.workspace,
+            self.cfg.blob_cache,
+            dirs.datasets,
+            concurrency=self.cfg.fetch_concurrency,
+        )
+        await asyncio.to_thread(hand_over, dirs, out_dir, self.cfg.job_uid, self.cfg.job_gid)
+
+    # -- observe ----------------------------------------------------------------------------
+
+    async def observe(self, attempt_ids: Sequence[str]) -> list[Observation]:
+        records = {a: await asyncio.to_thread(self._load, a) for a in attempt_ids}
+        jobs = await self._our_jobs()
+        by_id = {j.job_id: j for j in jobs}
+        by_attempt = {j.labels.get(LABEL_ATTEMPT, ""): j for j in jobs}
+        out = []
+        for attempt_id in attempt_ids:
+            record = records[attempt_id]
+            # The record names the job; labels only find jobs submitted by an executor that died
+            # before writing its record. A recorded job slurmctld no longer lists was forgotten.
+            job = by_id.get(record.slurm_job_id) if record else by_attempt.get(attempt_id)
+            out.append(await self._observe(attempt_id, record, job))
+        return out
+
+    def _load(self, attempt_id: str) -> AttemptRecord | None:
+        try:
+            return AttemptRecord.load(self.layout.attempt(attempt_id).record)
+        except errors.InvalidArgument:
+            return None
+
+    async def _observe(self, attempt_id: str, record: AttemptRecord | None, job: SlurmJob | None) -> Observation:
+        if attempt_id in self._launching:
+            return Observation(attempt_id, state=st.JOB_STATE_PENDING, message="staging files and submitting")
+        if record is None and job is None:
+            return Observation.missing(attempt_id)
+        dirs = self.layout.attempt(attempt_id)
+        tail = await asyncio.to_thread(read_log_tail, dirs.log)
+        if job is not None:
+            stopped = record is not None and record.stop_requested_at is not None
+            return obs_map.from_slurm(attempt_id, job, tail, stop_requested=stopped)
+        assert record is not None
+        outcome = await asyncio.to_thread(read_outcome, dirs.outcome)
+        started = await asyncio.to_thread(read_started, dirs.started)
+        return obs_map.from_marker(record, outcome, started, tail)
+
+    # -- stop / cleanup / list --------------------------------------------------------------
+
+    async def _job_id(self, attempt_id: str) -> tuple[AttemptRecord | None, int | None]:
+        record = await asyncio.to_thread(self._load, attempt_id)
+        if record is not None:
+            return record, record.slurm_job_id
+        try:
+            check_id(attempt_id, "attempt_id")
+        except errors.InvalidArgument:
+            return None, None
+        found = await self._our_jobs({LABEL_ATTEMPT: attempt_id})
+        return None, (found[0].job_id if found else None)
+
+    async def stop(self, attempt_id: str, grace_seconds: float) -> bool:
+        """SIGTERM to the job's steps, then Slurm's cancel after `grace_seconds` (+ a margin).
+
+        A plain cancel would hand the capsule's runner two SIGTERMs at once (slurmd signals the
+        step, and srun in the batch script forwards the one it got), which the runner takes as
+        "kill the training command now". So the steps alone get SIGTERM first: the runner stops
+        the training command within its grace and exits; what still runs after that is cancelled
+        (SIGTERM, SIGKILL after the cluster's KillWait). The stop is recorded first, so the
+        attempt reads STOPPED however the job then ends.
+        """
+        async with self._attempt_lock(attempt_id):
+            record, job_id = await self._job_id(attempt_id)
+            if job_id is None:
+                return False
+            slurm_id: int = job_id
+            job = await self._slurm(lambda c: c.get_job(slurm_id))
+            if job is None or job_ledger_state(job).state not in (st.JOB_STATE_PENDING, st.JOB_STATE_RUNNING):
+                return False
+            if record is not None:
+                record.stop_requested_at = time.time()
+                await asyncio.to_thread(record.save, self.layout.attempt(attempt_id).record)
+            if job.state == "RUNNING" and await self._slurm(lambda c: c.signal(slurm_id, "SIGTERM", steps_only=True)):
+                await self._wait_ended(slurm_id, grace_seconds + STOP_MARGIN_SECONDS)
+            await self._slurm(lambda c: c.cancel(slurm_id))
+        log.info("stopped %s (Slurm job %d)", attempt_id, slurm_id)
+        return True
+
+    async def _wait_ended(self, job_id: int, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            job = await self._slurm(lambda c: c.get_job(job_id))
+            if job is None or job_ledger_state(job).state not in (st.JOB_STATE_PENDING, st.JOB_STATE_RUNNING):
+                return
+            await asyncio.sleep(STOP_POLL_SECONDS)
+
+    async def cleanup(self, attempt_id: str) -> int:
+        async with self._attempt_lock(attempt_id):
+            (current,) = await self.observe([attempt_id])
+            if current.state in (st.JOB_STATE_PENDING, st.JOB_STATE_RUNNING):
+                raise errors.FailedPrecondition(
+                    f"attempt {attempt_id} still runs (Slurm job {current.backend_handle}); stop it before "
+                    "cleaning it up",
+                    precondition_violations=(errors.PreconditionViolation("STATE", attempt_id, "attempt is running"),),
+                )
+            record = await asyncio.to_thread(self._load, attempt_id)
+            if record is None:
+                return 0
+            dirs = self.layout.attempt(attempt_id)
+            removed = 0
+            for d in dirs.removable():
+                if d.exists():
+                    await asyncio.to_thread(shutil.rmtree, d)
+                    removed += 1
+            if record.cleaned_at is None:
+                record.cleaned_at = time.time()
+                await asyncio.to_thread(record.save, dirs.record)
+        if removed:
+            log.info("cleaned up %s (%d directories)", attempt_id, removed)
+        return removed
+
+    async def list_attempts(self) -> list[Observation]:
+        ids = set(await asyncio.to_thread(self.layout.attempt_ids))
+        ids.update(j.labels[LABEL_ATTEMPT] for j in await self._our_jobs() if j.labels.get(LABEL_ATTEMPT))
+        return await self.observe(sorted(ids))

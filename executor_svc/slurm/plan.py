@@ -1,0 +1,137 @@
+"""How one LaunchRequest maps onto Slurm: job components, image, Ray, environment (pure).
+
+Everything here is decided before anything is staged or submitted, so a request this fleet can
+never run is refused (InvalidArgument) without side effects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from starforge.executor.v1 import launch_request_pb2 as lr_pb
+
+from common import errors
+from executor_svc.capsule_env import CapsulePaths, capsule_env, stop_grace
+from executor_svc.slurm.config import SeriesConfig, SlurmConfig
+from executor_svc.slurm.script import Component, Container, RaySpec, wants_ray
+from executor_svc.slurm.staging import AttemptDirs
+
+HOST_IMAGE = "host"
+_SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def pyxis_image(ref: str) -> str:
+    """An OCI reference as pyxis/enroot spell it: `registry.local/train:v1` -> `registry.local#train:v1`."""
+    if "#" in ref or "://" in ref or ref.startswith("/"):
+        return ref
+    first, sep, rest = ref.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return ref
+
+
+def plan_components(cfg: SlurmConfig, request: lr_pb.LaunchRequest) -> list[tuple[Component, SeriesConfig]]:
+    """The request's pools as job components, or InvalidArgument why they can never run here."""
+    if not request.pools:
+        raise errors.InvalidArgument(
+            "the request has no pools", field_violations=(errors.FieldViolation("pools", "empty"),)
+        )
+    out = []
+    for i, pool in enumerate(request.pools):
+        where = f"pools[{i}]"
+        series = cfg.series(pool.series)
+        if series is None:
+            have = ", ".join(s.series for s in cfg.inventory)
+            raise errors.InvalidArgument(
+                f"series {pool.series!r} is not in this Slurm fleet; it has {have}",
+                field_violations=(errors.FieldViolation(f"{where}.series", "unknown series"),),
+            )
+        if pool.gpus_per_node < 0 or pool.gpus_per_node > series.gpus_per_node:
+            raise errors.InvalidArgument(
+                f"pool {pool.name!r} asks for {pool.gpus_per_node} {pool.series} GPUs per node; "
+                f"its nodes have {series.gpus_per_node}",
+                field_violations=(errors.FieldViolation(f"{where}.gpus_per_node", f"at most {series.gpus_per_node}"),),
+            )
+        nodes = max(1, pool.nodes)
+        if nodes > series.nodes:
+            raise errors.InvalidArgument(
+                f"pool {pool.name!r} asks for {nodes} {pool.series} nodes; this fleet has {series.nodes}",
+                field_violations=(errors.FieldViolation(f"{where}.nodes", f"at most {series.nodes}"),),
+            )
+        out.append((Component(pool.name or f"pool{i}", nodes, pool.gpus_per_node, series.cpus_per_node), series))
+    return out
+
+
+def container_for(cfg: SlurmConfig, request: lr_pb.LaunchRequest, dirs: AttemptDirs) -> Container | None:
+    """What image the steps run in (None: bare on the host), or InvalidArgument."""
+    image = request.image or HOST_IMAGE
+    if cfg.container_runtime == "none":
+        if image != HOST_IMAGE:
+            raise errors.InvalidArgument(
+                f"this Slurm fleet runs capsules on the host (container_runtime: none) and cannot run "
+                f"image {image}; use image 'host' or a fleet with pyxis or apptainer",
+                field_violations=(errors.FieldViolation("image", "not 'host'"),),
+            )
+        return None
+    artifact = cfg.runtimes.get(request.runtime_id) or cfg.runtimes.get(image) or ""
+    if not artifact:
+        if image == HOST_IMAGE:
+            raise errors.InvalidArgument(
+                f"this Slurm fleet runs images ({cfg.container_runtime}); image 'host' needs a host fleet",
+                field_violations=(errors.FieldViolation("image", "'host' on a container fleet"),),
+            )
+        if cfg.container_runtime == "apptainer":
+            raise errors.InvalidArgument(
+                f"no SIF for runtime {request.runtime_id!r} or image {image} on this Slurm fleet; "
+                "an admin maps it under slurm.runtimes",
+                field_violations=(errors.FieldViolation("runtime_id", "not in slurm.runtimes"),),
+            )
+        artifact = pyxis_image(image)
+    mounts = (f"{cfg.staging_dir}:{cfg.staging_dir}", f"{cfg.out_dir}:{cfg.out_dir}", *cfg.container_mounts)
+    return Container(
+        runtime=cfg.container_runtime,
+        image=artifact,
+        mounts=mounts,
+        workdir=str(dirs.workspace),
+        apptainer_command=cfg.apptainer_command,
+    )
+
+
+def ray_spec(cfg: SlurmConfig, components: Sequence[Component]) -> RaySpec | None:
+    r = cfg.ray
+    if not r.enabled or not wants_ray(components):
+        return None
+    return RaySpec(
+        command=r.command,
+        node_ip=r.node_ip,
+        port=r.port,
+        start_timeout_seconds=r.start_timeout_seconds,
+        object_store_memory_bytes=r.object_store_memory_bytes,
+        temp_dir=r.temp_dir,
+        extra_start_args=tuple(r.extra_start_args),
+        python=cfg.python,
+        token_auth=r.token_auth,
+    )
+
+
+def split_environment(
+    cfg: SlurmConfig, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(exported in the script, passed in the job's environment): secrets only in the latter."""
+    env = capsule_env(
+        request,
+        CapsulePaths(
+            capsule=str(dirs.capsule),
+            workspace=str(dirs.workspace),
+            out=str(out_dir),
+            scratch=str(dirs.scratch),
+            datasets=str(dirs.datasets),
+        ),
+        stop_grace_seconds=stop_grace(request, cfg.default_stop_grace_seconds),
+    )
+    secret = set(request.secret_env) | {"FORGE_INGEST_TOKEN"}
+    exports = {k: v for k, v in env.items() if k not in secret and _SHELL_NAME.match(k)}
+    job_env = {"PATH": cfg.path} | {k: v for k, v in env.items() if k not in exports}
+    return exports, job_env

@@ -1,0 +1,217 @@
+"""The slurm executor's files on the shared file system, and the record it keeps per attempt.
+
+    <staging_dir>/<attempt_id>/attempt.json  the record below (kept)
+                              /job.sh        the batch script as submitted, no secrets (kept)
+                              /job.log       the job's stdout and stderr (kept)
+                              /started       written by the batch script when it starts (kept)
+                              /outcome       exit code, signal, end time, written last (kept)
+                              /capsule       capsule files          } removed by Cleanup
+                              /workspace     the packed lab (cwd)   }
+                              /scratch       FORGE_SCRATCH_DIR      }
+    <staging_dir>/.blobs                     content-addressed blob cache (bundle.py)
+    <out_dir>/<job_id>                       FORGE_OUT_DIR, shared by the attempts of a job
+
+The staging dir is at the same path on the executor's host and on every node, so nothing is
+translated. The record makes Launch idempotent and, with the outcome marker, lets a restarted
+executor answer for attempts whose job slurmctld already forgot. It is written atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import errors
+from executor_svc.slurm.script import OUTCOME_FILE, STARTED_FILE
+
+LOG_TAIL_LINES = 50
+# Attempt ids are "<job_id>.<n>" and job ids short base32: anything else could name a path
+# outside the staging dir. (The local kind has the same rule; importing it would load docker.)
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}(\.[0-9]{1,6})?$")
+
+
+def check_id(value: str, field_name: str) -> str:
+    """`value` when it is safe as a directory name, else InvalidArgument."""
+    if not _SAFE_ID.match(value):
+        raise errors.InvalidArgument(
+            f"{field_name} {value[:80]!r} is not a valid id (letters, digits, '-', '_', then '.<n>')",
+            field_violations=(errors.FieldViolation(field_name, "not a valid id"),),
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class AttemptDirs:
+    """Paths of one attempt under the staging dir."""
+
+    root: Path
+
+    @property
+    def capsule(self) -> Path:
+        return self.root / "capsule"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def scratch(self) -> Path:
+        return self.root / "scratch"
+
+    @property
+    def datasets(self) -> Path:
+        return self.scratch / "datasets"
+
+    @property
+    def record(self) -> Path:
+        return self.root / "attempt.json"
+
+    @property
+    def script(self) -> Path:
+        return self.root / "job.sh"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "job.log"
+
+    @property
+    def started(self) -> Path:
+        return self.root / STARTED_FILE
+
+    @property
+    def outcome(self) -> Path:
+        return self.root / OUTCOME_FILE
+
+    def removable(self) -> tuple[Path, Path, Path]:
+        """What Cleanup removes (record, script, log and markers stay readable)."""
+        return (self.capsule, self.workspace, self.scratch)
+
+
+@dataclass(frozen=True)
+class Layout:
+    staging_dir: Path
+    out_root: Path
+
+    def attempt(self, attempt_id: str) -> AttemptDirs:
+        return AttemptDirs(self.staging_dir / check_id(attempt_id, "attempt_id"))
+
+    def out_dir(self, job_id: str) -> Path:
+        return self.out_root / check_id(job_id, "job_id")
+
+    def attempt_ids(self) -> list[str]:
+        """Attempts with a record (submitted at least once), sorted."""
+        try:
+            return sorted(p.parent.name for p in self.staging_dir.glob("*/attempt.json"))
+        except FileNotFoundError:
+            return []
+
+
+@dataclass
+class AttemptRecord:
+    """What the executor remembers about an attempt (attempt.json)."""
+
+    attempt_id: str
+    job_id: str
+    attempt_number: int
+    slurm_job_id: int
+    out_dir: str
+    created_at: float
+    pools: list[dict[str, Any]] = field(default_factory=list)
+    image: str = ""
+    stop_requested_at: float | None = None
+    cleaned_at: float | None = None
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> AttemptRecord | None:
+        """The record at `path`, or None when there is none (or it is unreadable)."""
+        try:
+            data = json.loads(path.read_text())
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The batch script's last words (see script.py): how it ended, readable after Slurm forgot."""
+
+    exit_code: int
+    signal: str
+    ended_at: dt.datetime | None
+    phase: str  # "capsule" or "ray"
+
+
+def read_outcome(path: Path) -> Outcome | None:
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    try:
+        code = int(values.get("exit_code", ""))
+    except ValueError:
+        return None
+    return Outcome(
+        exit_code=code,
+        signal=values.get("signal", ""),
+        ended_at=_epoch(values.get("ended_at", "")),
+        phase=values.get("phase", ""),
+    )
+
+
+def read_started(path: Path) -> dt.datetime | None:
+    try:
+        return _epoch(path.read_text().strip())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _epoch(value: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromtimestamp(int(value), dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `lines` lines of `path` (read from the end: logs can be large)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            block = min(size, 64 * 1024)
+            f.seek(size - block)
+            data = f.read(block)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    text = data.decode("utf-8", errors="replace").splitlines()
+    if block < size and text:
+        text = text[1:]  # the first line may be cut
+    return text[-lines:]
+
+
+def hand_over(dirs: AttemptDirs, out_dir: Path, uid: int, gid: int) -> None:
+    """Give the job user what it writes: the attempt dir (log, markers), workspace (its cwd),
+    scratch and the out dir. Capsule files stay the executor's (hard links into the cache)."""
+    if uid < 0:
+        return
+    for path in (dirs.root, dirs.scratch, out_dir):
+        os.chown(path, uid, gid)
+    for top, subdirs, files in os.walk(dirs.workspace):
+        os.chown(top, uid, gid)
+        for name in (*subdirs, *files):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
