@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/forgelet/v1/node_registry_service.proto.
  */
 export const file_starforge_forgelet_v1_node_registry_service: GenFile = /*@__PURE__*/
-  fileDesc("CjFzdGFyZm9yZ2UvZm9yZ2VsZXQvdjEvbm9kZV9yZWdpc3RyeV9zZXJ2aWNlLnByb3RvEhVzdGFyZm9yZ2UuZm9yZ2VsZXQudjEiQAoTUmVnaXN0ZXJOb2RlUmVxdWVzdBIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUiZQoUUmVnaXN0ZXJOb2RlUmVzcG9uc2USIgoaaGVhcnRiZWF0X2ludGVydmFsX3NlY29uZHMYASABKAUSKQoEbm9kZRgCIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlIlcKEEhlYXJ0YmVhdFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIbChNydW5uaW5nX2F0dGVtcHRfaWRzGAIgAygJEhgKEHVzZWRfZ3B1X2luZGljZXMYAyADKAUiRAoRSGVhcnRiZWF0UmVzcG9uc2USLwoFc3RhdGUYASABKA4yIC5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTm9kZVN0YXRlIiEKEExpc3ROb2Rlc1JlcXVlc3QSDQoFZmxlZXQYASABKAkiPwoRTGlzdE5vZGVzUmVzcG9uc2USKgoFbm9kZXMYASADKAsyGy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTm9kZSIgChBEcmFpbk5vZGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiPgoRRHJhaW5Ob2RlUmVzcG9uc2USKQoEbm9kZRgBIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlMp4DChNOb2RlUmVnaXN0cnlTZXJ2aWNlEmcKDFJlZ2lzdGVyTm9kZRIqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5SZWdpc3Rlck5vZGVSZXF1ZXN0Gisuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlJlZ2lzdGVyTm9kZVJlc3BvbnNlEl4KCUhlYXJ0YmVhdBInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5IZWFydGJlYXRSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkhlYXJ0YmVhdFJlc3BvbnNlEl4KCUxpc3ROb2RlcxInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5MaXN0Tm9kZXNSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEl4KCURyYWluTm9kZRInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5EcmFpbk5vZGVSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkRyYWluTm9kZVJlc3BvbnNlYgZwcm90bzM", [file_starforge_forgelet_v1_node]);
+  fileDesc("CjFzdGFyZm9yZ2UvZm9yZ2VsZXQvdjEvbm9kZV9yZWdpc3RyeV9zZXJ2aWNlLnByb3RvEhVzdGFyZm9yZ2UuZm9yZ2VsZXQudjEiQAoTUmVnaXN0ZXJOb2RlUmVxdWVzdBIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUiZQoUUmVnaXN0ZXJOb2RlUmVzcG9uc2USIgoaaGVhcnRiZWF0X2ludGVydmFsX3NlY29uZHMYASABKAUSKQoEbm9kZRgCIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlIlcKEEhlYXJ0YmVhdFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIbChNydW5uaW5nX2F0dGVtcHRfaWRzGAIgAygJEhgKEHVzZWRfZ3B1X2luZGljZXMYAyADKAUiRAoRSGVhcnRiZWF0UmVzcG9uc2USLwoFc3RhdGUYASABKA4yIC5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTm9kZVN0YXRlIiEKEExpc3ROb2Rlc1JlcXVlc3QSDQoFZmxlZXQYASABKAkiPwoRTGlzdE5vZGVzUmVzcG9uc2USKgoFbm9kZXMYASADKAsyGy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTm9kZSIgChBEcmFpbk5vZGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiPgoRRHJhaW5Ob2RlUmVzcG9uc2USKQoEbm9kZRgBIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlIiIKElVuZHJhaW5Ob2RlUmVxdWVzdBIMCgRuYW1lGAEgASgJIkAKE1VuZHJhaW5Ob2RlUmVzcG9uc2USKQoEbm9kZRgBIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlMoQEChNOb2RlUmVnaXN0cnlTZXJ2aWNlEmcKDFJlZ2lzdGVyTm9kZRIqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5SZWdpc3Rlck5vZGVSZXF1ZXN0Gisuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlJlZ2lzdGVyTm9kZVJlc3BvbnNlEl4KCUhlYXJ0YmVhdBInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5IZWFydGJlYXRSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkhlYXJ0YmVhdFJlc3BvbnNlEl4KCUxpc3ROb2RlcxInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5MaXN0Tm9kZXNSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEl4KCURyYWluTm9kZRInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5EcmFpbk5vZGVSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkRyYWluTm9kZVJlc3BvbnNlEmQKC1VuZHJhaW5Ob2RlEikuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlVuZHJhaW5Ob2RlUmVxdWVzdBoqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5VbmRyYWluTm9kZVJlc3BvbnNlYgZwcm90bzM", [file_starforge_forgelet_v1_node]);
 
 /**
  * RegisterNodeRequest describes the node.
@@ -204,6 +204,48 @@ export const DrainNodeResponseSchema: GenMessage<DrainNodeResponse> = /*@__PURE_
   messageDesc(file_starforge_forgelet_v1_node_registry_service, 7);
 
 /**
+ * UndrainNodeRequest names a node.
+ *
+ * @generated from message starforge.forgelet.v1.UndrainNodeRequest
+ */
+export type UndrainNodeRequest = Message<"starforge.forgelet.v1.UndrainNodeRequest"> & {
+  /**
+   * Node name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.UndrainNodeRequest.
+ * Use `create(UndrainNodeRequestSchema)` to create a new message.
+ */
+export const UndrainNodeRequestSchema: GenMessage<UndrainNodeRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_node_registry_service, 8);
+
+/**
+ * UndrainNodeResponse returns the node.
+ *
+ * @generated from message starforge.forgelet.v1.UndrainNodeResponse
+ */
+export type UndrainNodeResponse = Message<"starforge.forgelet.v1.UndrainNodeResponse"> & {
+  /**
+   * The node, READY.
+   *
+   * @generated from field: starforge.forgelet.v1.Node node = 1;
+   */
+  node?: Node | undefined;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.UndrainNodeResponse.
+ * Use `create(UndrainNodeResponseSchema)` to create a new message.
+ */
+export const UndrainNodeResponseSchema: GenMessage<UndrainNodeResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_node_registry_service, 9);
+
+/**
  * NodeRegistryService is served by the control plane: forgelets register and heartbeat, and the
  * agent executor finds nodes. Calls need a node token (forgelet) or an executor token
  * (UNAUTHENTICATED otherwise). A node that misses heartbeats for the configured timeout is
@@ -255,6 +297,17 @@ export const NodeRegistryService: GenService<{
     methodKind: "unary";
     input: typeof DrainNodeRequestSchema;
     output: typeof DrainNodeResponseSchema;
+  },
+  /**
+   * UndrainNode makes a draining or drained node READY again (after maintenance).
+   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   *
+   * @generated from rpc starforge.forgelet.v1.NodeRegistryService.UndrainNode
+   */
+  undrainNode: {
+    methodKind: "unary";
+    input: typeof UndrainNodeRequestSchema;
+    output: typeof UndrainNodeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_starforge_forgelet_v1_node_registry_service, 0);

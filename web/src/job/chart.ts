@@ -1,0 +1,103 @@
+// One metric chart (uPlot): several runs as series over the step axis. Drag to zoom into a step
+// range, double-click to zoom out; live updates keep the zoom while one is set.
+import uPlot from "uplot";
+import { h } from "../dom";
+
+export interface Run {
+  label: string;
+  steps: number[];
+  values: number[];
+}
+
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563"];
+const HEIGHT = 240;
+
+export class MetricChart {
+  readonly el: HTMLElement;
+  private readonly canvas: HTMLElement;
+  private plot: uPlot | null = null;
+  private shape = "";
+  private zoomed = false;
+  private readonly resize: ResizeObserver;
+
+  constructor(readonly metric: string) {
+    this.canvas = h("div", { class: "chart-canvas" });
+    this.el = h(
+      "figure",
+      { class: "metric-chart", "data-metric": metric, "data-points": 0, "data-series": 0, "data-zoomed": 0 },
+      h("figcaption", {}, metric),
+      this.canvas,
+    );
+    this.resize = new ResizeObserver(() => this.plot?.setSize({ width: this.width(), height: HEIGHT }));
+    this.resize.observe(this.canvas);
+  }
+
+  private width(): number {
+    return Math.max(this.canvas.clientWidth, 280);
+  }
+
+  /** Draws the runs; the first is the job itself (its point count goes on data-points). */
+  update(runs: Run[]): void {
+    const own = runs[0];
+    this.el.dataset.points = String(own?.steps.length ?? 0);
+    this.el.dataset.series = String(runs.length);
+    this.el.dataset.lastStep = String(own?.steps.at(-1) ?? -1);
+    const data = uPlot.join(runs.map((r) => [r.steps, r.values] as uPlot.AlignedData));
+    const shape = runs.map((r) => r.label).join("\n");
+    if (this.plot && shape === this.shape) {
+      this.plot.setData(data, !this.zoomed);
+      return;
+    }
+    this.plot?.destroy();
+    this.shape = shape;
+    this.setZoomed(false);
+    this.plot = new uPlot(this.options(runs), data, this.canvas);
+    this.plot.over.addEventListener("dblclick", () => this.setZoomed(false));
+  }
+
+  /** data-zoomed says whether a step range is selected (live updates then keep it). */
+  private setZoomed(zoomed: boolean): void {
+    this.zoomed = zoomed;
+    this.el.dataset.zoomed = zoomed ? "1" : "0";
+  }
+
+  private options(runs: Run[]): uPlot.Options {
+    return {
+      width: this.width(),
+      height: HEIGHT,
+      scales: { x: { time: false } },
+      axes: [{ label: "step" }, { size: 60 }],
+      cursor: { drag: { x: true, y: false, setScale: true } },
+      legend: { live: true },
+      series: [
+        { label: "step" },
+        ...runs.map((r, i) => ({
+          label: r.label,
+          stroke: COLORS[i % COLORS.length],
+          width: i === 0 ? 2 : 1.5,
+          spanGaps: true,
+          points: { show: r.steps.length < 60 },
+        })),
+      ],
+      hooks: {
+        setScale: [
+          (u: uPlot, key: string) => {
+            if (key !== "x") return;
+            this.el.dataset.xMin = String(u.scales.x?.min ?? "");
+            this.el.dataset.xMax = String(u.scales.x?.max ?? "");
+          },
+        ],
+        setSelect: [
+          (u: uPlot) => {
+            if (u.select.width > 0) this.setZoomed(true);
+          },
+        ],
+      },
+    };
+  }
+
+  destroy(): void {
+    this.resize.disconnect();
+    this.plot?.destroy();
+  }
+}
