@@ -18,6 +18,7 @@ from starforge.control.v1 import (
     blob_service_pb2_grpc,
     control_service_pb2_grpc,
     dataset_service_pb2_grpc,
+    fleet_service_pb2_grpc,
 )
 
 from cli.errors import CliError, from_rpc
@@ -50,6 +51,7 @@ class Client:
         self.accounts = account_service_pb2_grpc.AccountServiceStub(self.channel)
         self.catalog = catalog_service_pb2_grpc.CatalogServiceStub(self.channel)
         self.datasets = dataset_service_pb2_grpc.DatasetServiceStub(self.channel)
+        self.fleets = fleet_service_pb2_grpc.FleetServiceStub(self.channel)
 
     @property
     def connected(self) -> bool:

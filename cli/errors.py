@@ -154,7 +154,12 @@ def from_rpc(err: grpc.RpcError, address: str, *, connected: bool = True) -> Cli
 
 def violation_lines(err: common_errors.StarforgeError) -> list[str]:
     """One bullet line per google.rpc violation, in the order the server listed them."""
-    lines = [f"{v.field}: {v.description}" if v.field else v.description for v in err.field_violations]
+    # a violation that only repeats the message adds nothing to it
+    lines = [
+        f"{v.field}: {v.description}" if v.field else v.description
+        for v in err.field_violations
+        if v.description != err.message
+    ]
     for p in err.precondition_violations:
         subject = f"{p.subject}: " if p.subject else ""
         lines.append(f"{subject}{p.description}")

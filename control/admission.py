@@ -16,14 +16,15 @@ from starforge.control.v1 import error_reason_pb2 as er
 from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.job.v1 import job_spec_pb2
 
-from common import errors
+from common import errors, profiles
 from common.sensitive import bad_path, why_sensitive
-from control import hf, overrides, profiles
+from control import hf
 from control.assembly import entrypoint, observability
 from control.auth import Principal
 from control.blobstore import BlobStore
 from control.config import ControlConfig
 from control.executors import ExecutorPool
+from recipes import params
 from recipes.catalog import Catalog, RecipeDecl
 
 API_VERSION = "forge/v2"
@@ -148,9 +149,15 @@ def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[st
     ):
         raise _field("observability", "config.yaml `observability:` must be platform or external")
     if mode == "external" and not url:
+        declared = config.get("observability") == "external" or spec.observability.mode
+        why = (
+            "config.yaml says `observability: external`"
+            if declared
+            else (f"{recipe.name} reports to an external tracker by default")
+        )
         raise _field(
             "observability.url",
-            f"{recipe.name} reports to an external tracker by default: pass --observability-url <url>, "
+            f"{why}: pass --observability-url <url>, "
             "or set `observability: platform` in config.yaml to use StarForge's metrics",
             er.ERROR_REASON_MISSING_INPUT,
         )
@@ -329,7 +336,7 @@ def admit(
     config = parse_config(spec)
     check_inputs(spec, recipe, config)
     check_workspace(spec, recipe, store)
-    resolved = overrides.resolve_config(recipe, config, spec.overrides)
+    resolved = params.resolve_config(recipe, config, spec.overrides)
     pools = profiles.resolve(spec.pools, cfg.profiles, recipe.default_profile)
     if len(pools) > 1 and not recipe.multi_pool:
         raise _field(

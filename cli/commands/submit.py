@@ -23,6 +23,7 @@ from cli.follow import exit_code_for, follow_logs, state_name
 from cli.output import Output, message_to_dict
 from cli.pack import pack_lab
 from cli.upload import upload_files
+from cli.validate import check_against_console
 
 
 def _parse_pairs(values: list[str], flag: str) -> dict[str, str]:
@@ -70,6 +71,8 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
         out.warn(warning)
     if opts.validate:
         specmod.check_workspace_paths(pack, opts)
+        if not opts.upgrade_recipe:  # an upgrade changes the recipe the overrides are checked against
+            check_against_console(client, files.lock.method, files.config, pools, overrides)
     stats = upload_files(client, pack.files, out)
     out.info(stats.summary())
     if opts.upgrade_recipe:

@@ -261,6 +261,8 @@ async def console(
     local: Mapping[str, Any] | None = None,
     inventory: list[InventoryConfig] | None = None,
     kind: str = "local",
+    fleet_kind: str = "",
+    fleet_address: str = "",
     **overrides: Any,
 ) -> AsyncIterator[Console]:
     """A console whose one fleet ("local", or named after `kind`) is a real executor process.
@@ -281,8 +283,8 @@ async def console(
         fleets=[
             FleetConfig(
                 name="local" if kind == "local" else kind,
-                kind=kind,
-                address=address,
+                kind=fleet_kind or kind,  # a different fleet_kind: a misconfigured fleet
+                address=fleet_address or address,
                 inventory=inventory or [InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
             )
         ],

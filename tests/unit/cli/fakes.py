@@ -72,7 +72,7 @@ class FakeClient:
 
                 return rpc
 
-        self.control = self.blobs = self.accounts = self.catalog = self.datasets = _Stub()
+        self.control = self.blobs = self.accounts = self.catalog = self.datasets = self.fleets = _Stub()
 
     def call(self, rpc: Callable[..., Any], request: Any, *, timeout: float | None = None) -> Any:
         try:

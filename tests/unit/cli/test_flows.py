@@ -13,12 +13,14 @@ from starforge.catalog.v1 import catalog_service_pb2 as cat
 from starforge.catalog.v1 import recipe_pb2
 from starforge.control.v1 import blob_service_pb2 as bs
 from starforge.control.v1 import control_service_pb2 as cs
+from starforge.control.v1 import fleet_service_pb2 as fs
 from starforge.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
 from typer.testing import CliRunner
 
 from cli.context import AppState
 from cli.main import app
 from common import errors
+from control.config import DEFAULT_PROFILES
 from tests.unit.cli.fakes import FakeClient, FakeRpcError, FakeStream
 from tests.unit.cli.helpers import git
 
@@ -47,10 +49,24 @@ class Console:
                 recipe=recipe_pb2.Recipe(
                     name=r.name,
                     version="1.0.0",
-                    parameters=[
+                    # custom/custom declares no parameters (its config.yaml is the schema), like the real one
+                    parameters=[]
+                    if r.name == "custom/custom"
+                    else [
                         recipe_pb2.Parameter(key="sft.lr", type=recipe_pb2.PARAMETER_TYPE_FLOAT, default_json="0.001")
                     ],
                 )
+            ),
+            "ListProfiles": lambda r: fs.ListProfilesResponse(
+                profiles=[
+                    fs.HardwareProfile(
+                        series=p.series,
+                        gpus_per_node=p.gpus_per_node,
+                        default_gpus=p.default_gpus,
+                        max_nodes=p.max_nodes,
+                    )
+                    for p in DEFAULT_PROFILES
+                ]
             ),
             "FindMissingBlobs": lambda r: bs.FindMissingBlobsResponse(
                 missing_digests=[d for d in r.digests if d not in self.blobs]
@@ -125,7 +141,7 @@ def test_new_custom_and_catalog_methods(lab: pathlib.Path, console: Console) -> 
 
 
 def test_submit_uploads_then_submits_and_resubmit_uploads_nothing(lab: pathlib.Path, console: Console) -> None:
-    result = sf(lab, "submit", "demo", "--profile", "h200:8", "-s", "grpo.kl_coef=0.05")
+    result = sf(lab, "submit", "demo", "--profile", "h200:8", "-s", "lr=0.05")
     assert result.exit_code == 0, result.output
     assert "submitted job j1 (demo, custom/custom): QUEUED" in result.stdout
     assert "sf job logs j1 -f" in result.stderr
@@ -134,7 +150,7 @@ def test_submit_uploads_then_submits_and_resubmit_uploads_nothing(lab: pathlib.P
     req = console.submitted[0]
     uuid.UUID(req.request_id)
     assert req.spec.pools[0].profile == "h200:8"
-    assert req.spec.overrides[0].key == "grpo.kl_coef"
+    assert req.spec.overrides[0].key == "lr"
     assert {f.sha256 for f in req.spec.workspace.files} <= set(console.blobs)
     again = sf(lab, "submit", "demo")
     assert "uploaded 0 file(s) (0 B), 6 unchanged" in again.stderr
@@ -142,10 +158,21 @@ def test_submit_uploads_then_submits_and_resubmit_uploads_nothing(lab: pathlib.P
 
 
 def test_submit_refusal_prints_bullets_and_exits_3(lab: pathlib.Path, console: Console) -> None:
-    result = sf(lab, "submit", "demo", "-s", "bad=1")
+    result = sf(lab, "submit", "demo", "--no-validate", "-s", "bad=1")  # the server refuses it
     assert result.exit_code == 3
     assert "error: 1 override is wrong" in result.stderr
     assert "  • overrides[0].key: unknown: bad" in result.stderr
+
+
+def test_bad_override_and_profile_are_refused_before_any_upload(lab: pathlib.Path, console: Console) -> None:
+    result = sf(lab, "submit", "demo", "-s", "lrr=0.1")
+    assert result.exit_code == 2
+    assert "error: -s lrr: config.yaml of this experiment has no key 'lrr'; did you mean lr?" in result.stderr
+    result = sf(lab, "submit", "demo", "--profile", "h200:12")
+    assert result.exit_code == 2
+    assert "12 GPUs do not fill whole h200 nodes" in result.stderr
+    assert console.submitted == []
+    assert console.blobs == {}
 
 
 def test_submit_json(lab: pathlib.Path, console: Console) -> None:

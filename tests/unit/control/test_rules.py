@@ -9,12 +9,13 @@ import pytest
 from starforge.job.v1 import job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
-from common import errors
+from common import errors, profiles
 from common.config import ConfigError, load_config
 from control import config as control_config
-from control import diagnosis, overrides, profiles
+from control import diagnosis
 from control.ledger import state_machine as sm
 from control.scheduler import placement
+from recipes import params as overrides
 from recipes.catalog import ParameterDecl, RecipeDecl, RuntimeDecl
 
 ALL = [sm.QUEUED, sm.SUBMITTED, sm.PENDING, sm.RUNNING, sm.SUCCEEDED, sm.FAILED, sm.STOPPED, sm.PAUSED]

@@ -12,8 +12,8 @@ from starforge.job.v1 import job_spec_pb2
 
 from capsule.runner.adapters import AdapterContext, CommandSpec, get_adapter
 from capsule.runner.capsule_file import RunSpec
-from control.overrides import resolve_config
 from recipes.catalog import RecipeDecl, load_catalog
+from recipes.params import resolve_config
 
 CATALOG = load_catalog()
 

@@ -11,8 +11,8 @@ from starforge.job.v1 import job_spec_pb2
 
 from capsule.runner.adapters import REGISTRY, nemo_rl, trl, verl
 from cli.templates import recipe_config
+from common import profiles
 from common.config import ConfigError
-from control import profiles
 from control.catalog_api import lock_for, recipe_to_proto
 from control.config import DEFAULT_PROFILES
 from recipes.catalog import CATALOG_ROOT, load_catalog, load_recipe

@@ -1,15 +1,32 @@
-"""Profiles: `--profile h200`, `h200:4`, `h200:16`, `train=h200:8` resolved against the hardware registry."""
+"""Profiles: `--profile h200`, `h200:4`, `h200:16`, `train=h200:8` resolved against the hardware registry.
+
+Shared by `sf` (checks a profile before packing, with the registry the console publishes) and the
+control plane's admission (checks it again: the server never trusts the client)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Protocol
 
 from starforge.control.v1 import error_reason_pb2
 from starforge.job.v1 import job_spec_pb2
 
 from common import errors
-from control.config import ProfileConfig
+
+
+class ProfileConfig(Protocol):
+    """One GPU series of the registry (control.config.ProfileConfig, or built from ListProfiles)."""
+
+    @property
+    def series(self) -> str: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def default_gpus(self) -> int: ...
+    @property
+    def max_nodes(self) -> int: ...
+
 
 PROFILE_RE = re.compile(r"^(?P<series>[a-z0-9][a-z0-9-]*)(?::(?P<gpus>\d+))?$")
 POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")

@@ -1,4 +1,7 @@
-"""`-s key=value` overrides: typed, range-checked against the method, applied to a copy of the config."""
+"""`-s key=value` overrides: typed, range-checked against the method, applied to a copy of the config.
+
+One implementation for both sides: `sf` checks overrides against the recipe the console publishes
+before it packs anything, and admission checks them again (the server never trusts the client)."""
 
 from __future__ import annotations
 
