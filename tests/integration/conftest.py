@@ -5,7 +5,8 @@ registers them for every integration test. (`pytest_plugins` would be the usual 
 accepts it only in the top-level tests/conftest.py: in this file it aborts collection.)
 """
 
+from tests.integration.backends.docker import dockerd, python_image
 from tests.integration.backends.kube import kube
 from tests.integration.backends.slurm import slurm_cluster
 
-__all__ = ["kube", "slurm_cluster"]
+__all__ = ["dockerd", "kube", "python_image", "slurm_cluster"]
