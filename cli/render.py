@@ -247,3 +247,19 @@ def compare_table(runs: Sequence[tuple[job_pb2.Job, Sequence[telemetry_pb2.Metri
                 differs,
             )
     return table
+
+
+def samples_table(samples: Sequence[telemetry_pb2.Sample], width: int) -> Table:
+    """`sf job samples`: step, reward, prompt and completion (shortened to `width`)."""
+
+    def short(text: str) -> str:
+        flat = " ".join(text.split())
+        return flat if len(flat) <= width else flat[: max(width - 1, 1)] + "…"
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col, justify in (("STEP", "right"), ("REWARD", "right"), ("PROMPT", "left"), ("COMPLETION", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for s in samples:
+        reward = f"{s.reward:.4g}" if s.HasField("reward") else "-"
+        table.add_row(str(s.step), reward, short(s.prompt), short(s.completion))
+    return table

@@ -333,3 +333,31 @@ def compare_cmd(
         )
         return
     out.show(render.compare_table(runs))
+
+
+@app.command("samples")
+def samples_cmd(
+    ctx: typer.Context,
+    job_id: JobIdArg = "latest",
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many, newest first.")] = 20,
+    width: Annotated[int, typer.Option("--width", help="Characters shown of each prompt and completion.")] = 80,
+    output: OutputOpt = None,
+) -> None:
+    """Show samples a job reported with `starforge.sample(...)` (e.g. RL generations and their rewards).
+
+    Example: `sf job samples latest -n 5`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    client = st.client()
+    if limit < 1:
+        raise usage("--limit must be at least 1")
+    resp = client.call(
+        client.control.GetJobSamples, control_service_pb2.GetJobSamplesRequest(job_id=job_id, limit=limit)
+    )
+    if out.json:
+        out.data({"job_id": job_id, "samples": [message_to_dict(s) for s in resp.samples]})
+    elif not resp.samples:
+        out.info("no samples reported (yet)")
+    else:
+        out.show(render.samples_table(resp.samples, width))

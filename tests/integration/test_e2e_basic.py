@@ -45,3 +45,28 @@ async def test_prometheus_metrics(tmp_path: pathlib.Path) -> None:
         assert 'starforge_dispatch_latency_seconds_count{fleet="local"}' in text
         assert 'starforge_ingest_records_total{kind="metrics"}' in text
         assert "starforge_queue_depth" in text
+
+
+async def test_samples_reach_sf(tmp_path: pathlib.Path) -> None:
+    script = """#!/usr/bin/env bash
+python3 - <<'PY'
+import starforge
+for step in range(1, 4):
+    starforge.sample(prompt=f"2+{step}=?", completion=str(2 + step), reward=1.0, step=step, source="gsm8k")
+PY
+"""
+    async with console(tmp_path) as c:
+        job = await c.submit_custom(script)
+        await c.wait(job.job_id, st.JOB_STATE_SUCCEEDED, timeout=60)
+        r = await c.sf_async("-o", "json", "job", "samples", job.job_id)
+        import json
+
+        samples = json.loads(r.stdout)["samples"]
+        assert [(s["step"], s["prompt"], s["completion"], s["reward"]) for s in samples] == [
+            ("3", "2+3=?", "5", 1.0),
+            ("2", "2+2=?", "4", 1.0),
+            ("1", "2+1=?", "3", 1.0),
+        ]
+        assert samples[0]["extra"] == {"source": "gsm8k"}
+        text = (await c.sf_async("job", "samples", job.job_id)).stdout
+        assert "2+3=?" in text and "REWARD" in text
