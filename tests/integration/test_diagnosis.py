@@ -57,4 +57,6 @@ async def test_failure_classes_reasons_and_hints(tmp_path: pathlib.Path) -> None
                 assert d.hint == HINTS[cls]
             assert not d.retryable
             status = await c.sf_async("job", "status", job.job_id)
-            assert d.hint.split(":")[0] in status.stdout.replace("\n", " ") or d.hint[:30] in status.stdout.replace("\n", " ")
+            assert d.hint.split(":")[0] in status.stdout.replace("\n", " ") or d.hint[:30] in status.stdout.replace(
+                "\n", " "
+            )

@@ -41,7 +41,12 @@ async def test_console_restart_loses_and_duplicates_nothing(tmp_path: pathlib.Pa
     async with console(tmp_path, listen=listen) as c:
         job = await c.submit_custom(TRAIN)
         await c.wait(job.job_id, st.JOB_STATE_RUNNING, timeout=30)
-        env = dict(os.environ, STARFORGE_CONSOLE=c.address, STARFORGE_TOKEN=c.token, STARFORGE_CLIENT_CONFIG=str(tmp_path / "c.yaml"))
+        env = dict(
+            os.environ,
+            STARFORGE_CONSOLE=c.address,
+            STARFORGE_TOKEN=c.token,
+            STARFORGE_CLIENT_CONFIG=str(tmp_path / "c.yaml"),
+        )
         follower = subprocess.Popen(
             [str(pathlib.Path(sys.executable).parent / "sf"), "job", "logs", job.job_id, "-f", "-n", "0"],
             env=env,
