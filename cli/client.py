@@ -8,6 +8,7 @@ module as a `CliError` with the right exit code (see `cli.errors.from_rpc`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from cli.errors import CliError, from_rpc
 from common.channel import CHANNEL_OPTIONS, bearer
 
 DEFAULT_TIMEOUT_S = 30.0
+CONNECT_RETRIES = (0.3, 1.0)
 _READY = grpc.ChannelConnectivity.READY.value[0]
 R = TypeVar("R")
 
@@ -35,6 +37,14 @@ _OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]
+
+
+def _never_reached(err: grpc.RpcError) -> bool:
+    """UNAVAILABLE from the client's own transport (no server attached StarForge details)."""
+    code = err.code() if hasattr(err, "code") else None
+    trailers: Any = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    from_server = any(item[0] == "grpc-status-details-bin" for item in trailers or ())
+    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN) and not from_server
 
 
 class Client:
@@ -73,13 +83,24 @@ class Client:
             return False
 
     def call(self, rpc: Callable[..., R], request: Any, *, timeout: float | None = None) -> R:
-        """A unary call with deadline and token; failures become `CliError`."""
-        try:
-            response = rpc(request, timeout=timeout or self.timeout, metadata=self._metadata)
-        except grpc.RpcError as err:
-            raise self.error(err) from None
-        self._succeeded = True
-        return response
+        """A unary call with deadline and token; failures become `CliError`.
+
+        A connection that failed before any call reached the console (a refused or reset
+        handshake, as on a machine under heavy load) is tried again twice, 0.3 s and 1 s later,
+        before the console is declared unreachable: the request never reached a server, so
+        sending it again cannot do anything twice.
+        """
+        for pause in (*CONNECT_RETRIES, None):
+            try:
+                response = rpc(request, timeout=timeout or self.timeout, metadata=self._metadata)
+            except grpc.RpcError as err:
+                if pause is None or self._succeeded or not _never_reached(err):
+                    raise self.error(err) from None
+                time.sleep(pause)
+                continue
+            self._succeeded = True
+            return response
+        raise AssertionError("unreachable")  # the loop always returns or raises
 
     def stream(self, rpc: Callable[..., Any], request: Any) -> Any:
         """Start a server stream (no deadline; keepalive guards it). Iterate it via `iterate`."""

@@ -62,7 +62,7 @@ LAUNCH_FAILURES = Counter(
 
 
 class LedgerCollector(Collector):
-    def __init__(self, db: Database, cache_seconds: float = 5.0) -> None:
+    def __init__(self, db: Database, cache_seconds: float = 1.0) -> None:
         self.db = db
         self.cache_seconds = cache_seconds
         self._at = 0.0
@@ -81,6 +81,12 @@ class LedgerCollector(Collector):
 
         self._states, self._depth = self.db.run_sync(read)
         self._at = time.monotonic()
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The families without values: registering the collector must not read (and cache) the
+        ledger, or the first scrape could serve counts from start-up for `cache_seconds`."""
+        yield GaugeMetricFamily("starforge_jobs", "Jobs per ledger state", labels=["state"])
+        yield GaugeMetricFamily("starforge_queue_depth", "QUEUED jobs per fleet that can run them", labels=["fleet"])
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:

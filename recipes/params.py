@@ -154,10 +154,12 @@ def resolve_config(
                 raise _bad(key, f"-s {key}: {recipe.name} has no parameter {key!r}{suggestion(key, list(declared))}")
         else:
             if key not in flat_config:
-                raise _bad(
-                    key,
-                    f"-s {key}: config.yaml of this experiment has no key {key!r}{suggestion(key, list(flat_config))}",
+                hint = (
+                    suggestion(key, list(flat_config))
+                    if flat_config
+                    else f"; add `{key}: <value>` to config.yaml to make it a setting -s can override"
                 )
+                raise _bad(key, f"-s {key}: config.yaml of this experiment has no key {key!r}{hint}")
             param = _infer(key, flat_config[key])
         _set(resolved, key, parse_value(param, o.value))
     json.dumps(resolved)  # must stay JSON-serialisable (it travels in capsule.json)

@@ -33,8 +33,8 @@ async def test_bad_input_gets_one_message_and_nonzero_exit(tmp_path: pathlib.Pat
         lab = await c.lab("exp")
         cases = [
             (("submit", "nope"), 2, "unknown experiment"),
-            (("submit", "exp", "-s", "stepz=3"), 3, "has no key 'stepz'"),
-            (("submit", "exp", "--profile", "h200:12"), 3, "12 GPUs do not fill whole h200 nodes"),
+            (("submit", "exp", "-s", "stepz=3"), 2, "has no key 'stepz'"),
+            (("submit", "exp", "--profile", "h200:12"), 2, "12 GPUs do not fill whole h200 nodes"),
         ]
         for args, code, text in cases:
             r = await c.sf_async(*args, cwd=lab, check=False)

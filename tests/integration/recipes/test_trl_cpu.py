@@ -23,6 +23,7 @@ from tools import tiny_model
 
 STEPS = 4
 CONFIG = {
+    "image": "host",  # the embedded process-runtime fleet runs jobs on this machine's own Python
     "max_steps": STEPS,
     "logging_steps": 1,
     "save_steps": 2,
