@@ -27,13 +27,14 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc import bundle
+from executor_svc.attempt_dirs import check_id
 from executor_svc.base import Capabilities, Executor, LaunchResult, Observation, SeriesInventory, out_key
 from executor_svc.capsule_env import stop_grace
 from executor_svc.local.config import LocalConfig
 from executor_svc.local.docker_runtime import DockerRuntime
 from executor_svc.local.inventory import GpuPool
 from executor_svc.local.process_runtime import ProcessRuntime
-from executor_svc.local.records import AttemptDirs, AttemptRecord, Layout, check_id
+from executor_svc.local.records import AttemptDirs, AttemptRecord, Layout
 from executor_svc.local.runtime import Runtime, RuntimeState, StartSpec
 
 log = logging.getLogger("starforge.executor.local")

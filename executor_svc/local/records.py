@@ -18,52 +18,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import errors
-
-# Attempt ids are "<job_id>.<n>" and job ids short base32: anything else could name a path outside.
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}(\.[0-9]{1,6})?$")
-
-
-def check_id(value: str, field_name: str) -> str:
-    """`value` when it is safe as a directory name, else InvalidArgument."""
-    if not _SAFE_ID.match(value):
-        raise errors.InvalidArgument(
-            f"{field_name} {value[:80]!r} is not a valid id (letters, digits, '-', '_', then '.<n>')",
-            field_violations=(errors.FieldViolation(field_name, "not a valid id"),),
-        )
-    return value
+from executor_svc.attempt_dirs import AttemptDirs as BaseAttemptDirs
+from executor_svc.attempt_dirs import check_id
 
 
 @dataclass(frozen=True)
-class AttemptDirs:
-    """Paths of one attempt under the state dir."""
-
-    root: Path
-
-    @property
-    def capsule(self) -> Path:
-        return self.root / "capsule"
-
-    @property
-    def workspace(self) -> Path:
-        return self.root / "workspace"
-
-    @property
-    def scratch(self) -> Path:
-        return self.root / "scratch"
-
-    @property
-    def datasets(self) -> Path:
-        return self.scratch / "datasets"
-
-    @property
-    def record(self) -> Path:
-        return self.root / "attempt.json"
+class AttemptDirs(BaseAttemptDirs):
+    """Paths of one attempt under the state dir (the shared ones, plus the local kind's logs)."""
 
     @property
     def log(self) -> Path:

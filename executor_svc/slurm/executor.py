@@ -25,6 +25,7 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc import bundle
+from executor_svc.attempt_dirs import check_id
 from executor_svc.base import (
     LABEL_ATTEMPT,
     LABEL_MANAGED,
@@ -47,7 +48,6 @@ from executor_svc.slurm.staging import (
     AttemptDirs,
     AttemptRecord,
     Layout,
-    check_id,
     hand_over,
     read_log_tail,
     read_outcome,

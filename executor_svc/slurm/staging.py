@@ -23,55 +23,20 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import errors
+from executor_svc.attempt_dirs import AttemptDirs as BaseAttemptDirs
+from executor_svc.attempt_dirs import check_id
 from executor_svc.slurm.script import OUTCOME_FILE, STARTED_FILE
 
 LOG_TAIL_LINES = 50
-# Attempt ids are "<job_id>.<n>" and job ids short base32: anything else could name a path
-# outside the staging dir. (The local kind has the same rule; importing it would load docker.)
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}(\.[0-9]{1,6})?$")
-
-
-def check_id(value: str, field_name: str) -> str:
-    """`value` when it is safe as a directory name, else InvalidArgument."""
-    if not _SAFE_ID.match(value):
-        raise errors.InvalidArgument(
-            f"{field_name} {value[:80]!r} is not a valid id (letters, digits, '-', '_', then '.<n>')",
-            field_violations=(errors.FieldViolation(field_name, "not a valid id"),),
-        )
-    return value
 
 
 @dataclass(frozen=True)
-class AttemptDirs:
-    """Paths of one attempt under the staging dir."""
-
-    root: Path
-
-    @property
-    def capsule(self) -> Path:
-        return self.root / "capsule"
-
-    @property
-    def workspace(self) -> Path:
-        return self.root / "workspace"
-
-    @property
-    def scratch(self) -> Path:
-        return self.root / "scratch"
-
-    @property
-    def datasets(self) -> Path:
-        return self.scratch / "datasets"
-
-    @property
-    def record(self) -> Path:
-        return self.root / "attempt.json"
+class AttemptDirs(BaseAttemptDirs):
+    """Paths of one attempt under the staging dir (the shared ones, plus the batch job's files)."""
 
     @property
     def script(self) -> Path:
