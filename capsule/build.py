@@ -41,7 +41,7 @@ SDK = CAPSULE_SRC / "sdk" / "starforge" / "__init__.py"
 REQUIREMENTS = CAPSULE_SRC / "runner-requirements.txt"
 ENTRY_POINT = "sfrunner.main:entry"
 # Bump when the way the pex is assembled changes, so that old outputs are rebuilt.
-BUILD_FORMAT = "1"
+BUILD_FORMAT = "2"
 STATE_FILE = ".build-state.json"
 # Abbreviated platforms only select interpreter versions: every wheel is none-any, so the pex
 # runs on any OS/CPU with a matching Python.
@@ -123,6 +123,9 @@ def _build_pex(stage: pathlib.Path, wheelhouse: pathlib.Path, requirements: list
         "--sources-directory", str(stage),
         "--entry-point", ENTRY_POINT,
         "--python-shebang", "/usr/bin/env python3",
+        # venv mode: the first start on a node installs a venv into PEX_ROOT, later starts exec it
+        # directly (measured: warm start 0.23 s instead of 0.55 s; executors keep a per-node PEX_ROOT)
+        "--venv", "prepend",
         "--no-emit-warnings",
         "--output-file", str(output),
     ]  # fmt: skip
