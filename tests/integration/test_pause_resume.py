@@ -32,7 +32,10 @@ async def test_pause_then_resume_continues_from_the_checkpoint(tmp_path: pathlib
 
         deadline = time.monotonic() + 60
         while await max_step() < 40:
-            assert time.monotonic() < deadline, "training did not progress"
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    "training did not progress; its log:\n" + "\n".join((await c.logs(job.job_id))[-30:])
+                )
             await asyncio.sleep(0.2)
 
         await c.jobs.PauseJob(ctl.PauseJobRequest(job_id=job.job_id), metadata=c.md)

@@ -22,6 +22,7 @@ import starforge
 print("hello from train.py")
 print("config", json.dumps(starforge.config()), os.path.dirname(os.environ["FORGE_CONFIG"]))
 print("token visible:", "FORGE_INGEST_TOKEN" in os.environ)
+print("PATH", os.environ["PATH"])
 for step in range(5):
     starforge.report(loss=1.0 / (step + 1), lr=0.1)
     print(f"step {step}", flush=True)
@@ -56,6 +57,8 @@ async def test_happy_path(tmp_path: pathlib.Path, capsule_manifest: dict[str, An
     assert stdout[0] == "hello from train.py"
     assert f'config {{"lr": 0.001}} {launch.scratch_dir}' in stdout
     assert "token visible: False" in stdout
+    # the runner's own venv stays out of the training command's PATH (its python3 is the image's)
+    assert f"PATH {launch.env['PATH']}" in stdout
     assert [f"step {i}" for i in range(5)] == [line for line in stdout if line.startswith("step ")]
     assert ingest.stderr() == ["warning: almost done"]
     assert ingest.system() == ["starforge: running experiments/demo/train.sh", "starforge: train.sh exited with code 0"]
