@@ -62,11 +62,12 @@ capsule: venv  ## build the content-addressed runner.pex
 unit: venv
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit
 
-bench: setup
+bench: setup  ## benchmarks against peers (Ray, slurmrestd, MLflow), ~20 min; table in docs/benchmarks.md
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[bench]'
 	$(BIN)/python -m bench
 
-soak: setup
-	$(BIN)/python -m pytest -p no:cacheprovider tests/reliability -m soak --run-soak
+soak: setup  ## 1,000 log followers + 100 reporting runs on one console for 10 min (SF_SOAK_SECONDS=...); figures in docs/reliability.md
+	$(BIN)/python -m pytest -p no:cacheprovider -s tests/reliability -m soak --run-soak
 
 clean:
 	rm -rf build .mypy_cache .ruff_cache

@@ -25,6 +25,7 @@ from cli.gitinfo import GitState, read_state
 from cli.hashcache import HashCache
 from cli.lab import LabSettings
 from common import sensitive
+from common.hashing import MAX_BLOB_BYTES
 
 STATE_DIR = ".starforge"  # per-lab client state (hash cache), gitignored by `sf init`
 CACHE_FILE = f"{STATE_DIR}/cache/hashes.json"
@@ -150,6 +151,7 @@ class _Collector:
         self.bad_paths: list[str] = []
         self.bad_links: list[str] = []
         self.missing: list[str] = []
+        self.too_big: list[str] = []
 
     def add(self, rel: str, depth: int = 0) -> None:
         if _skipped(rel) or globs.first_match(self.exclude, rel):
@@ -193,6 +195,9 @@ class _Collector:
             self._add_file(rel, real, real.stat())
 
     def _add_file(self, rel: str, real: pathlib.Path, st: os.stat_result) -> None:
+        if st.st_size > MAX_BLOB_BYTES:  # refused by size alone: never read (it may be sparse)
+            self.too_big.append(f"{rel} ({st.st_size / (1 << 30):.1f} GiB)")
+            return
         digest = self.cache.digest(rel, real, st)
         executable = bool(st.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
         self.files[rel] = PackedFile(rel, real, digest, st.st_size, executable)
@@ -203,6 +208,12 @@ class _Collector:
                 f"cannot pack {len(self.bad_paths)} file(s) of {what} with unusable paths",
                 details=_listing(self.bad_paths),
                 hint="rename them, or add them to package.exclude in starforge.yaml",
+            )
+        if self.too_big:
+            raise usage(
+                f"cannot pack {len(self.too_big)} file(s) of {what} larger than {MAX_BLOB_BYTES >> 30} GiB",
+                details=_listing(self.too_big),
+                hint="keep big data out of the lab (package.exclude in starforge.yaml) and read it from storage",
             )
         if self.bad_links:
             raise usage(

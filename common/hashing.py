@@ -8,6 +8,9 @@ import re
 
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20
+# The largest blob (one file of a workspace or dataset) the blob store takes; the packer refuses
+# bigger files before hashing them (a sparse 100 GiB file would otherwise be read to the end).
+MAX_BLOB_BYTES = 8 << 30
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -50,6 +50,8 @@ CONTENT_RULES: dict[str, tuple[re.Pattern[bytes], str]] = {
     ".pypirc": (re.compile(rb"(?m)^\s*password\s*[:=]"), "PyPI config with a password"),
 }
 _CONTENT_LIMIT = 1 << 20
+# Longest file or folder name (one path component) file systems take (NAME_MAX).
+MAX_NAME_BYTES = 255
 
 
 def why_sensitive(
@@ -97,4 +99,6 @@ def bad_path(path: str) -> str | None:
         return "must not contain empty, '.' or '..' components"
     if len(path) > 1024:
         return "is longer than 1024 characters"
+    if any(len(p.encode()) > MAX_NAME_BYTES for p in parts):
+        return f"has a file or folder name longer than {MAX_NAME_BYTES} bytes"
     return None

@@ -8,9 +8,11 @@ scheduler dispatches anything new.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import pathlib
 import secrets
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -34,6 +36,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.forgelet.v1 import node_registry_service_pb2, node_registry_service_pb2_grpc
 from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
+from common.config import ConfigError
 from common.server import create_server, service
 from control import assembly, auth, capsule_assets, metrics
 from control.blobstore import BlobStore
@@ -86,7 +89,7 @@ class ControlApp:
         self.ctx.notifier.notify("schedule", "reconcile")
         await self.server.stop(grace)
         if self.envoy is not None:
-            await asyncio.to_thread(self.envoy.stop)
+            await asyncio.to_thread(self.envoy.close)
         if self.ops is not None:
             self.ops.stop()
         for t in self.tasks:
@@ -95,6 +98,45 @@ class ControlApp:
         await self.scheduler.close()
         await self.ctx.executors.close()
         self.ctx.db.close()
+
+
+ENVOY_CHECK_SECONDS = 1.0
+ENVOY_BACKOFF_SECONDS = (1.0, 30.0)  # first delay, cap; doubled while envoy keeps dying young
+ENVOY_STABLE_SECONDS = 30.0  # an envoy that lived this long resets the backoff
+
+
+async def supervise_envoy(envoy: Envoy, stop: asyncio.Event) -> None:
+    """Restart the console's front door when it dies (crash, OOM kill), by its own PID handle.
+
+    A crash loop backs off (1 s doubling to 30 s); an envoy that ran for a while is restarted at
+    once. Until it is back, the UI and grpc-web are down but gRPC clients are not affected.
+    """
+    backoff = ENVOY_BACKOFF_SECONDS[0]
+    started = time.monotonic()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), ENVOY_CHECK_SECONDS)
+        if stop.is_set() or not envoy.wanted_but_dead():
+            continue
+        code = envoy.proc.returncode if envoy.proc is not None else None
+        if time.monotonic() - started < ENVOY_STABLE_SECONDS:
+            log.warning("envoy exited (%s) soon after its start; restarting it in %.0f s", code, backoff)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), backoff)
+            backoff = min(backoff * 2, ENVOY_BACKOFF_SECONDS[1])
+        else:
+            log.warning("envoy exited (%s); restarting it", code)
+            backoff = ENVOY_BACKOFF_SECONDS[0]
+        if stop.is_set():
+            return
+        try:
+            restarted = await asyncio.to_thread(envoy.restart_if_dead)
+        except ConfigError as e:
+            log.error("%s", e)
+            continue
+        if restarted:
+            started = time.monotonic()
+            log.info("envoy restarted (pid %s) on %s", envoy.proc.pid if envoy.proc else "?", envoy.listen)
 
 
 def bootstrap_admin(db: Database, name: str, state_dir: pathlib.Path) -> pathlib.Path | None:
@@ -240,5 +282,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         asyncio.create_task(scheduler.run(app.stop_event)),
         asyncio.create_task(reconciler.run(app.stop_event)),
     ]
+    if front is not None:
+        app.tasks.append(asyncio.create_task(supervise_envoy(front, app.stop_event)))
     log.info("control plane serving on %s (replica %s)", ctx.public_address, ctx.replica_id)
     return app

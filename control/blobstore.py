@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from common import errors
-from common.hashing import is_digest
+from common.hashing import MAX_BLOB_BYTES, is_digest
 
 READ_CHUNK = 1 << 20
 
@@ -30,7 +30,7 @@ class UploadStats:
 
 
 class BlobStore:
-    def __init__(self, root: pathlib.Path, max_blob_bytes: int = 8 << 30) -> None:
+    def __init__(self, root: pathlib.Path, max_blob_bytes: int = MAX_BLOB_BYTES) -> None:
         self.root = root
         self.max_blob_bytes = max_blob_bytes
         self.stats = UploadStats()

@@ -16,6 +16,7 @@ import ipaddress
 import pathlib
 import signal
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -140,7 +141,12 @@ def render(listen: str, grpc_address: str, http_address: str) -> dict[str, Any]:
 
 
 class Envoy:
-    """One envoy process we started; `stop` ends exactly that PID."""
+    """One envoy process we started; `stop` ends exactly that PID.
+
+    `restart_if_dead` starts it again when it died without being stopped (the control plane's
+    supervisor calls it); `start`, `stop`, `close` and restarts hold one lock, so a restart racing
+    with a stop never leaves an envoy behind, and nothing starts after `close`.
+    """
 
     def __init__(self, workdir: pathlib.Path, listen: str, grpc_address: str, http_address: str) -> None:
         self.workdir = workdir
@@ -148,6 +154,13 @@ class Envoy:
         self.config = workdir / "envoy.yaml"
         self.config.write_text(yaml.safe_dump(render(listen, grpc_address, http_address), sort_keys=False))
         self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._wanted = False  # started and not stopped since: a dead process is to be restarted
+        self._closed = False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def validate(self) -> None:
         r = subprocess.run(
@@ -157,21 +170,41 @@ class Envoy:
             raise ConfigError(f"envoy refused its config {self.config}: {r.stderr.strip() or r.stdout.strip()}")
 
     def start(self, timeout: float = 30.0) -> None:
-        log = (self.workdir / "envoy.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                str(binary()),
-                "-c",
-                str(self.config),
-                "--use-dynamic-base-id",
-                "--log-level",
-                "warning",
-                "--disable-hot-restart",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        """Start envoy and wait until it listens; ConfigError (with its log) when it does not."""
+        with self._lock:
+            if self._closed or self.alive():
+                return
+            self._wanted = True
+            self._start(timeout)
+
+    def restart_if_dead(self, timeout: float = 30.0) -> bool:
+        """Start envoy again if it died while wanted; True when it did."""
+        with self._lock:
+            if self._closed or not self._wanted or self.alive():
+                return False
+            self._start(timeout)
+            self.restarts += 1
+            return True
+
+    def wanted_but_dead(self) -> bool:
+        return self._wanted and not self._closed and not self.alive()
+
+    def _start(self, timeout: float) -> None:
+        with (self.workdir / "envoy.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    str(binary()),
+                    "-c",
+                    str(self.config),
+                    "--use-dynamic-base-id",
+                    "--log-level",
+                    "warning",
+                    "--disable-hot-restart",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         host, _, port = self.listen.rpartition(":")
         deadline = time.monotonic() + timeout
         import socket
@@ -184,11 +217,24 @@ class Envoy:
                     return
             except OSError:
                 time.sleep(0.05)
-        self.stop()
+        self._end(5.0)
         tail = (self.workdir / "envoy.log").read_text(errors="replace").splitlines()[-10:]
         raise ConfigError("envoy did not start:\n  " + "\n  ".join(tail))
 
     def stop(self, grace: float = 5.0) -> None:
+        """Stop envoy (it stays down until `start`)."""
+        with self._lock:
+            self._wanted = False
+            self._end(grace)
+
+    def close(self, grace: float = 5.0) -> None:
+        """Stop envoy for good: nothing starts it again."""
+        with self._lock:
+            self._closed = True
+            self._wanted = False
+            self._end(grace)
+
+    def _end(self, grace: float) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from starforge.executor.v1 import executor_service_pb2 as ex
@@ -47,6 +48,13 @@ class FleetStatus:
                 f" ({self.last_error})" if self.last_error else ""
             )
         return ""
+
+
+def _answered(e: grpc.aio.AioRpcError) -> bool:
+    """The executor itself answered (its error carries StarForge details): it is reachable, what
+    it could not reach is behind it (a dead forgelet node, the Kubernetes API, slurmrestd)."""
+    trailers: Any = e.trailing_metadata() or ()
+    return any(item[0] == "grpc-status-details-bin" for item in trailers)
 
 
 class ExecutorPool:
@@ -101,15 +109,19 @@ class ExecutorPool:
         if st.misconfigured:
             raise errors.FailedPrecondition(st.misconfigured)
         try:
-            return await getattr(self.stub(fleet), method)(
+            response = await getattr(self.stub(fleet), method)(
                 request, metadata=self._md(fleet), timeout=timeout or self.deadline
             )
         except grpc.aio.AioRpcError as e:
             err = from_rpc_error(e)
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and not _answered(e):
                 st.reachable = False
                 st.last_error = err.message
             raise err from None
+        if not st.reachable and st.ever_reachable:
+            # It answered again (restarted): use it now rather than at the next periodic check.
+            st.reachable, st.last_error = True, ""
+        return response
 
     async def launch(self, fleet: str, request: lr.LaunchRequest) -> ex.LaunchResponse:
         return await self._call(fleet, "Launch", request)  # type: ignore[return-value]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -52,13 +54,49 @@ def job_proto(s: Session, job: m.Job, *, trim: bool = False) -> job_pb2.Job:
     return convert.job_to_proto(job, jobs.attempts_of(s, job.id), queue_position=queue_position(s, job), trim_spec=trim)
 
 
-def _reader(job_id: str, cursor: logs.Cursor | None, attempt_number: int) -> Callable[[Session], list[m.LogLine]]:
-    return lambda s: logs.after(s, job_id, cursor, 2000, attempt_number)
+T = TypeVar("T")
+
+
+def _reader(
+    job_id: str, cursor: logs.Cursor | None, attempt_number: int
+) -> Callable[[Session], tuple[int, list[telemetry_pb2.LogLine]]]:
+    """The job's state, then the lines after `cursor`: in that order, so that a terminal state
+    with no lines after the cursor means every line stored before the job ended was read."""
+
+    def read(s: Session) -> tuple[int, list[telemetry_pb2.LogLine]]:
+        state = jobs.get_job(s, job_id).state
+        return state, [logs.to_proto(r) for r in logs.after(s, job_id, cursor, 2000, attempt_number)]
+
+    return read
+
+
+class SharedReads:
+    """Identical reads in flight at the same time share one database query.
+
+    The followers of a job (`sf job logs -f`, browsers) wake together on its `logs:` notification
+    and ask for the same lines after the same cursor: with hundreds of followers, one query each
+    kept the database thread (SQLite has one) behind the lines arriving, and latency grew without
+    bound (tests/reliability/test_soak.py). Keys carry the notification generation the caller saw,
+    so a caller only shares a read that started after that notification.
+    """
+
+    def __init__(self) -> None:
+        self._inflight: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def get(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
+        fut = self._inflight.get(key)
+        if fut is None or fut.done():
+            fut = asyncio.ensure_future(read())
+            self._inflight[key] = fut
+            fut.add_done_callback(lambda f: self._inflight.pop(key) if self._inflight.get(key) is f else None)
+        result: T = await asyncio.shield(fut)
+        return result
 
 
 class JobsApi:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.shared = SharedReads()
         self.hub = hf.HubChecker(ctx.cfg.hf_endpoint, ctx.cfg.hf_token) if ctx.cfg.hf_precheck else None
 
     async def submit(
@@ -296,21 +334,24 @@ class JobsApi:
                 yield [logs.to_proto(r) for r in rows], 0
             elif not follow:
                 return
+        key = f"logs:{jid}"
         while True:
-            state_before = await self.ctx.db.run(lambda s: jobs.get_job(s, jid).state)
-            while True:
-                rows = await self.ctx.db.run(_reader(jid, cursor, attempt_number))
-                if not rows:
-                    break
-                cursor = (rows[-1].attempt_number, rows[-1].offset)
-                yield [logs.to_proto(r) for r in rows], 0
+            generation = (self.ctx.notifier.generation(key), self.ctx.notifier.generation(jid))
+            state, lines = await self.shared.get(
+                (jid, cursor, attempt_number, generation),
+                functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number)),
+            )
+            if lines:
+                cursor = (lines[-1].attempt_number, lines[-1].offset)
+                yield lines, 0
+                continue
             if not follow:
                 return
-            if state_before in sm.TERMINAL or state_before == sm.PAUSED:
+            if state in sm.TERMINAL or state == sm.PAUSED:
                 # Everything stored before the job ended has been sent.
-                yield [], state_before
+                yield [], state
                 return
-            await self.ctx.notifier.wait(f"logs:{jid}", FOLLOW_POLL_SECONDS)
+            await self.ctx.notifier.wait(key, FOLLOW_POLL_SECONDS)
 
     async def watch(
         self, principal: Principal, job_id: str, after_sequence: int = 0

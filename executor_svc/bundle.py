@@ -41,6 +41,7 @@ from common import errors
 from common.channel import aio_channel, bearer
 from common.hashing import is_digest
 from common.rpc_status import from_rpc_error
+from common.sensitive import MAX_NAME_BYTES
 
 FETCH_CONCURRENCY = 8
 # Per-blob deadline: a fixed allowance plus the time the blob takes at a slow 10 MiB/s.
@@ -76,6 +77,8 @@ def check_relative_path(path: str, field: str) -> tuple[str, ...]:
         reason = "contains a backslash or NUL"
     elif any(p in ("", ".", "..") for p in path.split("/")):
         reason = "has an empty, '.' or '..' component"
+    elif any(len(p.encode()) > MAX_NAME_BYTES for p in path.split("/")):
+        reason = f"has a component longer than {MAX_NAME_BYTES} bytes"  # no file system takes it
     if reason:
         raise errors.InvalidArgument(
             f"file path {path[:200]!r} {reason}; paths must be relative, '/'-separated, without '..'",

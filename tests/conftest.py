@@ -11,9 +11,22 @@ import os
 import pathlib
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Tools installed in the venv (buf, ruff, envoy, sf) must be found even when pytest is run directly.
 _venv_bin = str(pathlib.Path(sys.executable).parent)
 if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _venv_bin + os.pathsep + os.environ.get("PATH", "")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here (the top-level conftest), not in tests/reliability/conftest.py: pytest takes options only
+    # from conftests it loads at start-up, and `pytest` (testpaths) does not load that one early.
+    parser.addoption(
+        "--run-soak",
+        action="store_true",
+        default=False,
+        help="also run the long soak tests of tests/reliability (marked soak); `make soak` sets it",
+    )

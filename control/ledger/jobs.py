@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 from starforge.job.v1 import job_state_pb2 as st
 
@@ -130,14 +132,17 @@ def advance(
 
 
 def next_counter(s: Session, name: str) -> int:
-    """Increment and return a named counter (row-locked on PostgreSQL)."""
-    row = s.get(m.Counter, name, with_for_update=True)
-    if row is None:
-        row = m.Counter(name=name, value=0)
-        s.add(row)
-        s.flush()
-    row.value += 1
-    return row.value
+    """Increment and return a named counter: one atomic upsert, row-locked until commit on
+    PostgreSQL. (A read-then-insert let two concurrent first submissions both insert the row on
+    PostgreSQL, and one failed with a unique violation; found by the admission benchmark.)"""
+    upsert = pg_insert if s.get_bind().dialect.name == "postgresql" else sqlite_insert
+    stmt = (
+        upsert(m.Counter)
+        .values(name=name, value=1)
+        .on_conflict_do_update(index_elements=[m.Counter.name], set_={"value": m.Counter.value + 1})
+        .returning(m.Counter.value)
+    )
+    return int(s.execute(stmt).scalar_one())
 
 
 def set_wait(s: Session, waiting: dict[str, tuple[int, str, int]]) -> None:

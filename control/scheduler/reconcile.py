@@ -22,6 +22,7 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starforge.executor.v1 import executor_service_pb2 as ex
+from starforge.forgelet.v1 import node_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
@@ -53,6 +54,8 @@ class Reconciler:
         while not stop.is_set():
             try:
                 await self.tick()
+            except errors.Unavailable as e:  # the database is down: say so, without a traceback
+                log.warning("reconcile cycle skipped: %s", e.message)
             except Exception:
                 log.exception("reconcile cycle failed")
             await self.ctx.notifier.wait("reconcile", self.ctx.cfg.reconcile_interval_seconds)
@@ -100,8 +103,17 @@ class Reconciler:
             return
         if o.state in (sm.PENDING, sm.RUNNING):
             self._ended_seen.pop(o.attempt_id, None)
+            # SUBMITTED -> PENDING is the Launch's answer, not an observation's: an executor may
+            # say PENDING for a start it cannot confirm (its node is unreachable); an attempt still
+            # SUBMITTED is launched again (idempotently) if the backend turns out not to have it,
+            # and fails as node lost if its node never comes back (so the node is noted now).
+            if state == sm.SUBMITTED and o.state == sm.PENDING:
+                if o.node:
+                    await self.ctx.db.run(lambda s: _note_node(s, o.attempt_id, o.node))
+                return
             if o.state != state and state in sm.ACTIVE and sm.path_to(state, o.state):
-                await self.ctx.db.run(lambda s: self._advance(s, o))
+                job_id = await self.ctx.db.run(lambda s: self._advance(s, o))
+                self.ctx.notifier.notify(job_id)  # followers (WatchJob) see the transition now, not at their poll
             return
         if o.state in (sm.SUCCEEDED, sm.FAILED, sm.STOPPED):
             first = self._ended_seen.setdefault(o.attempt_id, now)
@@ -109,7 +121,7 @@ class Reconciler:
                 await self._end(o, now, lost=False)
                 self._ended_seen.pop(o.attempt_id, None)
 
-    def _advance(self, s: Session, o: ex.Observation) -> None:
+    def _advance(self, s: Session, o: ex.Observation) -> str:
         attempt = jobs.get_attempt(s, o.attempt_id, for_update=True)
         job = jobs.get_job(s, attempt.job_id, for_update=True)
         if attempt.state in sm.ACTIVE and o.state not in (attempt.state,):
@@ -119,6 +131,7 @@ class Reconciler:
                 attempt.node = o.node
             attempt.lease_owner, attempt.lease_until = "", 0.0
             jobs.advance(s, job, attempt, o.state, f"observed {sm.name(o.state)} on the backend")
+        return job.id
 
     async def _end(self, o: ex.Observation, now: float, *, lost: bool) -> None:
         def end(s: Session) -> str:
@@ -211,6 +224,26 @@ class Reconciler:
                 log.info("cleanup of %s deferred: %s", attempt_id, e.message)
                 continue
             await self.ctx.db.run(_marker(attempt_id))
+
+
+def _note_node(s: Session, attempt_id: str, node: str) -> None:
+    """Record where a not yet confirmed attempt was placed; if that node is already lost, the
+    attempt fails as node lost now (nodes.mark_lost handles the nodes lost later)."""
+    attempt = jobs.get_attempt(s, attempt_id, for_update=True)
+    if attempt.state != sm.SUBMITTED or attempt.node == node:
+        return
+    attempt.node = node
+    row = s.get(m.Node, node)
+    if row is not None and row.state == node_pb2.NODE_STATE_LOST:
+        job = jobs.get_job(s, attempt.job_id, for_update=True)
+        outcomes.finish_attempt(
+            s,
+            job,
+            attempt,
+            exit_code=None,
+            known_class=st.FAILURE_CLASS_NODE_LOST,
+            message=f"node lost: {node} went silent before the attempt was confirmed started",
+        )
 
 
 def _active_attempts(s: Session) -> list[tuple[str, str, int, float, str]]:

@@ -16,6 +16,8 @@ from control import auth, metrics
 from control.blobstore import BlobStore, BlobWriter
 
 MAX_FIND = 100_000
+# Whole small blobs of one UploadBlobs stream written at once (their fsyncs overlap).
+MAX_PARALLEL_WRITES = 16
 
 # Returns True when `digest` belongs to job `job_id` (its workspace, capsule or datasets).
 RunBlobCheck = Callable[[str, str], Awaitable[bool]]
@@ -44,8 +46,42 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
         written = present = 0
         nbytes = 0
         writer: BlobWriter | None = None
+        pending: set[asyncio.Future[tuple[bool, int]]] = set()
+        in_flight: set[str] = set()
+
+        def settle(done: set[asyncio.Future[tuple[bool, int]]]) -> None:
+            nonlocal written, present, nbytes
+            for task in done:
+                new, size = task.result()  # a blob's error is the stream's error
+                if new:
+                    written += 1
+                    nbytes += size
+                else:
+                    present += 1
+
+        async def wait(until: int) -> None:
+            nonlocal pending
+            while len(pending) > until:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                settle(done)
+            if not pending:
+                in_flight.clear()
+
         try:
             async for chunk in request_iterator:
+                if writer is None and chunk.finish and chunk.size == len(chunk.data):
+                    # A whole blob in one message (every small file of a lab): written, verified and
+                    # published in one worker-thread call, several at once so that their fsyncs
+                    # overlap. One blob at a time with two thread hops each made a 10,000-file lab
+                    # latency-bound (bench/packaging.py).
+                    if chunk.digest in in_flight:
+                        await wait(0)
+                    await wait(MAX_PARALLEL_WRITES - 1)
+                    in_flight.add(chunk.digest)
+                    pending.add(
+                        asyncio.ensure_future(asyncio.to_thread(self._put, chunk.digest, chunk.size, chunk.data))
+                    )
+                    continue
                 if writer is None or writer.digest != chunk.digest:
                     if writer is not None:
                         raise errors.InvalidArgument(
@@ -63,13 +99,26 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
                     writer = None
             if writer is not None:
                 raise errors.InvalidArgument(f"blob {writer.digest[:12]}: stream ended before finish=true")
+            await wait(0)
         finally:
             if writer is not None:
                 writer.abort()
+            if pending:  # the stream failed: let the writes in flight end (they clean up after themselves)
+                await asyncio.gather(*pending, return_exceptions=True)
         metrics.BLOB_BYTES.inc(nbytes)
         metrics.BLOBS.labels("true").inc(written)
         metrics.BLOBS.labels("false").inc(present)
         return pb.UploadBlobsResponse(blobs_written=written, bytes_written=nbytes, blobs_already_present=present)
+
+    def _put(self, digest: str, size: int, data: bytes) -> tuple[bool, int]:
+        """Write, verify and publish a whole blob; (newly written, size)."""
+        writer = self.store.writer(digest, size)
+        try:
+            writer.write(data)
+            return writer.finish(), writer.size
+        except BaseException:
+            writer.abort()
+            raise
 
     async def ReadBlob(self, request: pb.ReadBlobRequest, context: Any) -> AsyncIterator[pb.ReadBlobResponse]:
         principal = auth.current()

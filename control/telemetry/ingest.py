@@ -6,6 +6,7 @@ attempt (a capsule that reconnected to another replica) never store a record twi
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,9 +53,15 @@ def cursor_for(s: Session, attempt: m.Attempt, *, for_update: bool) -> m.IngestC
     return cur
 
 
+# What a google.protobuf.Timestamp can hold (0001-01-01 .. 9999-12-31): a time outside it would be
+# stored and then fail every read of the job's logs or metrics.
+MIN_SECONDS, MAX_SECONDS = -62135596800.0, 253402300799.0
+
+
 def _seconds(t: object) -> float:
+    """A record's time in epoch seconds; its arrival time when it has none or one out of range."""
     seconds = getattr(t, "seconds", 0) + getattr(t, "nanos", 0) / 1e9
-    return seconds or time.time()
+    return seconds if seconds and MIN_SECONDS <= seconds <= MAX_SECONDS else time.time()
 
 
 def _lifecycle(s: Session, job: m.Job, attempt: m.Attempt, ev: lc.LifecycleEvent, at: float) -> list[jobs.Transition]:
@@ -129,9 +136,17 @@ def apply_records(s: Session, attempt_id: str, records: Sequence[pb.Record], *, 
         if kind == "log_chunk":
             log_rows.extend((rec.log_chunk.stream, at, line) for line in rec.log_chunk.lines)
         elif kind == "metrics":
+            points = rec.metrics.points
             metric_rows.extend(
-                (p.step, p.name, p.value, _seconds(p.time) if p.HasField("time") else at) for p in rec.metrics.points
+                (p.step, p.name, p.value, _seconds(p.time) if p.HasField("time") else at)
+                for p in points
+                if not math.isnan(p.value)
             )
+            nans = [p for p in points if math.isnan(p.value)]
+            if nans:  # a diverged loss: SQLite cannot store NaN (it would refuse the whole batch)
+                where = ", ".join(f"{p.name} at step {p.step}" for p in nans[:3])
+                line = f"starforge: metric value NaN not stored: {where}"
+                log_rows.append((telemetry_pb2.LOG_STREAM_SYSTEM, at, line))
         elif kind == "samples":
             metrics.append_samples(s, job.id, attempt.number, list(rec.samples.samples), at)
         elif kind == "lifecycle":

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, insert, or_, select, tuple_
+from sqlalchemy import and_, or_, select, tuple_
 from sqlalchemy.orm import Session
 from starforge.job.v1 import telemetry_pb2
 
 from control.db import models as m
+from control.db.engine import insert_rows
 from control.ledger.convert import ts
 
 Cursor = tuple[int, int]  # (attempt_number, offset) of the last line seen
@@ -20,18 +21,8 @@ def append(
     """Insert (stream, time, text) lines from `start_offset`; returns the next offset."""
     if not lines:
         return start_offset
-    rows = [
-        {
-            "job_id": job_id,
-            "attempt_number": attempt_number,
-            "offset": start_offset + i,
-            "stream": stream,
-            "at": at,
-            "text": text,
-        }
-        for i, (stream, at, text) in enumerate(lines)
-    ]
-    s.execute(insert(m.LogLine), rows)
+    rows = [(job_id, attempt_number, start_offset + i, stream, at, text) for i, (stream, at, text) in enumerate(lines)]
+    insert_rows(s, m.LogLine.__tablename__, ("job_id", "attempt_number", "offset", "stream", "at", "text"), rows)
     return start_offset + len(rows)
 
 

@@ -10,26 +10,18 @@ from sqlalchemy.orm import Session
 from starforge.job.v1 import telemetry_pb2
 
 from control.db import models as m
+from control.db.engine import insert_rows
 from control.ledger.convert import ts
 
 
 def append(s: Session, job_id: str, attempt_number: int, points: Sequence[tuple[int, str, float, float]]) -> None:
     """Insert (step, name, value, time) points."""
-    if points:
-        s.execute(
-            insert(m.MetricPoint),
-            [
-                {
-                    "job_id": job_id,
-                    "attempt_number": attempt_number,
-                    "step": st,
-                    "name": n,
-                    "value": v,
-                    "at": t,
-                }
-                for st, n, v, t in points
-            ],
-        )
+    insert_rows(
+        s,
+        m.MetricPoint.__tablename__,
+        ("job_id", "attempt_number", "step", "name", "value", "at"),
+        [(job_id, attempt_number, st, n, v, t) for st, n, v, t in points],
+    )
 
 
 def _downsample(points: list[m.MetricPoint], max_points: int) -> list[m.MetricPoint]:

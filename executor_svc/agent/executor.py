@@ -6,7 +6,7 @@ plane's NodeRegistryService; the agent adds its own placements that heartbeats m
 so Observe/Stop/Cleanup reach the right node, also after this process restarts.
 
 Node loss is the control plane's call, not the executor's: an attempt on a node that does not
-answer is reported as it was last seen (RUNNING when never seen) with the message "node
+answer is reported as it was last seen (PENDING when never seen) with the message "node
 unreachable", and the registry's heartbeat timeout fails it as node lost. If such a node comes
 back, the copy still running there is a stray: Cleanup (which the control plane keeps retrying for
 the ended attempt) stops and removes it.
@@ -319,7 +319,10 @@ class AgentExecutor(Executor):
         last = self._last.get(attempt_id)
         if last is not None:
             return dataclasses.replace(last, message=f"{message} (last seen: {last.message})")
-        return Observation(attempt_id, state=st.JOB_STATE_RUNNING, message=message, node=node)
+        # Never seen: its start may or may not have happened there. PENDING claims no more than
+        # that (RUNNING made the control plane take an unconfirmed start for a running attempt,
+        # and call it lost when the node came back without it instead of sending it again).
+        return Observation(attempt_id, state=st.JOB_STATE_PENDING, message=message, node=node)
 
     async def _search(self, ids: list[str]) -> dict[str, Observation]:
         """Find attempts with no placement on record by asking every node (a lost state file)."""

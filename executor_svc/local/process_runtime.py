@@ -10,6 +10,12 @@ outlives the capsule long enough to write the exit code.
 A pid alone is not an identity (pids are reused), so the record keeps the wrapper's start time
 from /proc and liveness compares both. Exited children of this executor are reaped on every
 inspection; children of an earlier executor process are reaped by init.
+
+The record is saved once before the spawn (pid 0) and again after it. An executor killed between
+the two leaves a record without a pid for a capsule that does run; the wrapper writes its own pid
+to `attempts/<id>/wrapper.pid` first thing, so the next executor adopts it (after checking that
+the pid's command line names this attempt's directory) instead of calling the attempt lost and
+letting the control plane launch it a second time.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, St
 
 WRAPPER = (
     'trap ":" TERM INT HUP; '
+    'echo $$ > "$2/wrapper.pid.tmp" && mv "$2/wrapper.pid.tmp" "$2/wrapper.pid"; '
     'sh "$1/bootstrap.sh"; rc=$?; '
     'echo "$rc" > "$2/exit_code.tmp" && mv "$2/exit_code.tmp" "$2/exit_code"'
 )
@@ -54,6 +61,13 @@ def start_ticks(pid: int) -> int:
 def _alive(pid: int, ticks: int) -> bool:
     fields = _proc_stat(pid)
     return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == ticks
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
 
 
 def group_alive(pgid: int) -> bool:
@@ -107,6 +121,12 @@ class ProcessRuntime(Runtime):
     async def start(self, spec: StartSpec, record: AttemptRecord) -> None:
         dirs = spec.dirs
         visible = ",".join(str(g) for g in spec.gpus)
+        extra = {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible or "void"}
+        if "PEX_ROOT" not in spec.request.env:
+            # runner.pex unpacks (and compiles) its wheels once per node and runner digest, not in
+            # every attempt's fresh scratch dir: that unpack was most of the capsule's start-up.
+            # Pex's cache is content-addressed and safe for concurrent attempts.
+            extra["PEX_ROOT"] = str(self._layout.state_dir / "pex")
         env = inherited_env()
         env.update(
             capsule_env(
@@ -119,7 +139,7 @@ class ProcessRuntime(Runtime):
                     datasets=str(dirs.datasets),
                 ),
                 stop_grace_seconds=spec.stop_grace_seconds,
-                extra={"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible or "void"},
+                extra=extra,
             )
         )
         child = await asyncio.to_thread(_spawn, dirs.capsule, dirs.root, dirs.workspace, dirs.log, env)
@@ -135,8 +155,22 @@ class ProcessRuntime(Runtime):
         except (FileNotFoundError, ValueError):
             return None, None
 
+    def _adopt(self, record: AttemptRecord) -> None:
+        """Fill in the pid of a record saved before its spawn from the wrapper's own pid file."""
+        if record.pid > 0:
+            return
+        root = self._layout.attempt(record.attempt_id).root
+        try:
+            pid = int((root / "wrapper.pid").read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return
+        ticks = start_ticks(pid)
+        if ticks and str(root) in _cmdline(pid)[3:]:
+            record.pid, record.pid_start, record.handle = pid, ticks, str(pid)
+
     def _running(self, record: AttemptRecord) -> bool:
         self._reap()
+        self._adopt(record)
         if record.pid <= 0:
             return False
         return _alive(record.pid, record.pid_start) or (

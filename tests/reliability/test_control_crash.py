@@ -10,101 +10,21 @@ import json
 import os
 import pathlib
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import grpc
 import pytest
-import yaml
 from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.job.v1 import job_state_pb2 as st
 
 from common.channel import aio_channel
 from control.db import models as m
 from control.db.engine import Database
-from control.embedded import ensure_capsule
 from tests.integration.console import Console, executor_yaml, start_executor_process
+from tests.reliability.harness import ControlProcess
 
 JOBS = 200
 KILLS = 10
-REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ControlProcess:
-    """`starforge-control` as a real process we can SIGKILL."""
-
-    def __init__(self, root: pathlib.Path, executor_address: str) -> None:
-        self.root = root
-        self.port = _free_port()
-        self.config = root / "control.yaml"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "listen": f"127.0.0.1:{self.port}",
-                    "state_dir": str(root / "console"),
-                    "capsule_dir": str(ensure_capsule()),
-                    "bootstrap_admin": "admin",
-                    "default_images": {"custom": "host"},
-                    "scheduler_interval_seconds": 0.05,
-                    "reconcile_interval_seconds": 0.3,
-                    "fleets": [
-                        {
-                            "name": "local",
-                            "kind": "local",
-                            "address": executor_address,
-                            "inventory": [{"series": "cpu", "nodes": 1, "gpus_per_node": 0, "slots": 8}],
-                        }
-                    ],
-                }
-            )
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        log = (self.root / "control.log").open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "control.main", "--config", str(self.config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("control plane died: " + (self.root / "control.log").read_text()[-3000:])
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("control plane did not listen")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.mark.slow

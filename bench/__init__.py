@@ -1,0 +1,1 @@
+"""StarForge benchmarks against peers (`python -m bench`); see docs/benchmarks.md."""

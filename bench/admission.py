@@ -1,0 +1,163 @@
+"""Admission throughput: SubmitJob calls admitted per second from 32 concurrent clients.
+
+Ours: the real embedded console (`sf up`, its own process) on SQLite, then on a fresh PostgreSQL
+database; 32 clients, each with its own gRPC connection, submit the same trivial custom/custom job
+(workspace already uploaded) in a loop. The fleet is drained first, so admitted jobs stay QUEUED
+(the scheduler still runs its cycles over the growing queue, as it would in production).
+
+Peer: slurmrestd of the project's Slurm 24.11 test cluster (tools/slurm), 32 concurrent clients
+(`SlurmClient`, one HTTP connection pool each) submitting a trivial held batch job (`hold: true`,
+so it is queued and never runs, like our drained fleet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import psycopg
+
+from bench.common import QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, summary
+from bench.console import Client, Console, running_console
+from bench.trivial import TRAIN_SH
+from common.channel import aio_channel
+
+CLIENTS = 32
+WARMUP_S = 2.0
+MEASURE_S = 5.0 if QUICK else 10.0
+PG_ADMIN = os.environ.get("STARFORGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+async def _storm(call: Callable[[int], Awaitable[Any]]) -> dict[str, float]:
+    """CLIENTS loops of `call(client_index)`; counts completions inside the measuring window."""
+    start = time.monotonic()
+    begin, end = start + WARMUP_S, start + WARMUP_S + MEASURE_S
+    done = 0
+    errors = 0
+    latencies: list[float] = []
+
+    async def loop(i: int) -> None:
+        nonlocal done, errors
+        while True:
+            t0 = time.monotonic()
+            if t0 >= end:
+                return
+            try:
+                await call(i)
+            except Exception as exc:
+                errors += 1
+                if errors <= 3:
+                    log(f"submission failed: {type(exc).__name__}: {str(exc)[:300]}")
+                continue
+            t1 = time.monotonic()
+            if begin <= t1 < end:
+                done += 1
+                latencies.append(t1 - t0)
+
+    await asyncio.gather(*(loop(i) for i in range(CLIENTS)))
+    return {"per_s": done / MEASURE_S, "admitted": done, "errors": errors, **{
+        f"latency_{k}": v for k, v in summary(latencies).items() if k != "n"
+    }}  # fmt: skip
+
+
+async def _ours(console: Console) -> dict[str, float]:
+    setup = Client(console)
+    spec = await setup.custom_spec(TRAIN_SH)
+    await setup.drain()
+    clients = [Client(console, aio_channel(console.address)) for _ in range(CLIENTS)]
+    try:
+        return await _storm(lambda i: clients[i].submit(spec))
+    finally:
+        for c in clients:
+            await c.close()
+        await setup.close()
+
+
+def measure_ours(database_url: str = "") -> dict[str, float]:
+    work = fresh_dir("admission-" + ("pg" if database_url else "sqlite"))
+    with running_console(work / "console", database_url=database_url) as console:
+        load = loadavg()
+        out = asyncio.run(_ours(console))
+        out.update(console.memory())
+    out["load_before"] = load[0]
+    return out
+
+
+@contextlib.contextmanager
+def pg_database() -> Iterator[str]:
+    name = f"sf_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def measure_slurm() -> dict[str, float]:
+    from executor_svc.slurm.client import SlurmClient
+    from executor_svc.slurm.models import BatchJob
+    from tools.slurm import cluster
+
+    run_dir = fresh_dir("slurm")
+    info = cluster.start(run_dir, die_with_caller=True, log=lambda m: log(f"slurm: {m}"))
+    try:
+        job = BatchJob(
+            name="sfbench",
+            script="#!/bin/sh\ntrue\n",
+            working_directory=info.staging_dir,
+            partition=info.partition,
+            extra={"hold": True},
+        )
+
+        async def go() -> dict[str, float]:
+            clients = [SlurmClient(info.restd_url, user=info.user, token=info.token) for _ in range(CLIENTS)]
+            try:
+                return await _storm(lambda i: clients[i].submit(job))
+            finally:
+                for c in clients:
+                    await c.aclose()
+
+        out = asyncio.run(go())
+        out["slurm_version"] = info.slurm_version  # type: ignore[assignment]
+        return out
+    finally:
+        cluster.stop(run_dir)
+
+
+def run() -> list[Result]:
+    log("admission: slurmrestd peer")
+    slurm = measure_slurm()
+    log(f"admission: slurm {slurm['per_s']:.0f}/s; ours on SQLite")
+    sqlite = measure_ours()
+    log(f"admission: sqlite {sqlite['per_s']:.0f}/s; ours on PostgreSQL")
+    with pg_database() as url:
+        pg = measure_ours(url)
+    log(f"admission: postgres {pg['per_s']:.0f}/s")
+    rows = []
+    for db, ours, target in (("SQLite", sqlite, 2000.0), ("PostgreSQL", pg, 1000.0)):
+        ratio = ratio_higher_better(ours["per_s"], slurm["per_s"])
+        rows.append(
+            Result(
+                name=f"admission-{db.lower()}",
+                metric=f"admitted submissions/s, 32 clients, {db}",
+                figure=ours["per_s"],
+                unit="/s",
+                peer="slurmrestd 24.11 job submit (held jobs), 32 clients",
+                peer_figure=slurm["per_s"],
+                ratio=ratio,
+                ratio_note="ours / slurmrestd",
+                target=f">= {target:.0f}/s and >= 2x slurmrestd",
+                met=ours["per_s"] >= target and (ratio or 0) >= 2,
+                command="python -m bench admission",
+                details={"ours": ours, "slurm": slurm},
+            )
+        )
+    return rows

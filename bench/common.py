@@ -1,0 +1,210 @@
+"""What every benchmark shares: the result row, machine facts, percentiles, processes started by PID,
+the peers' virtualenv and network namespaces (peers only ever see loopback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+WORK = REPO / "build" / "bench"
+PEERS_VENV = REPO / "build" / "bench-peers"
+PEERS_PYTHON = PEERS_VENV / "bin" / "python"
+# The peers' own packages: kept out of the project's .venv because mlflow pins pyarrow<26 and (through
+# graphene) python-dateutil<3, which contradict requirements.lock (kubernetes needs python-dateutil>=3).
+PEER_PACKAGES = ("ray[default]==2.60.0", "mlflow==3.17.2")
+PEERS_DIR = pathlib.Path(__file__).resolve().parent / "peers"
+QUICK = os.environ.get("STARFORGE_BENCH_QUICK") == "1"
+
+
+@dataclass
+class Result:
+    """One row of the table."""
+
+    name: str
+    metric: str  # what `figure` measures, with its unit
+    figure: float
+    unit: str
+    peer: str  # what the peer is
+    peer_figure: float | None
+    ratio: float | None  # always "how many times better we are" (>1: better), see ratio_note
+    ratio_note: str
+    target: str
+    met: bool | None
+    command: str
+    limit: str = ""  # what limits the figure now
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ratio_higher_better(ours: float, peer: float | None) -> float | None:
+    return None if not peer else ours / peer
+
+
+def ratio_lower_better(ours: float, peer: float | None) -> float | None:
+    return None if not peer or not ours else peer / ours
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (nearest rank, p in 0..100) of `values`."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": pct(values, 50),
+        "p90": pct(values, 90),
+        "p99": pct(values, 99),
+        "max": max(values) if values else float("nan"),
+        "mean": statistics.fmean(values) if values else float("nan"),
+    }
+
+
+def loadavg() -> tuple[float, float, float]:
+    one, five, fifteen = os.getloadavg()
+    return round(one, 2), round(five, 2), round(fifteen, 2)
+
+
+def machine() -> dict[str, Any]:
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gib = 0.0
+    with contextlib.suppress(OSError, ValueError):
+        for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    disk = "?"
+    with contextlib.suppress(OSError):
+        disk = subprocess.run(
+            ["df", "-h", "--output=source,fstype", str(REPO)], capture_output=True, text=True, check=False
+        ).stdout.splitlines()[-1]
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": mem_gib,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "disk": " ".join(disk.split()),
+        "load": loadavg(),
+    }
+
+
+def rss_mib(pid: int) -> dict[str, float]:
+    """Current and peak resident memory of `pid` (MiB)."""
+    out = {"rss": 0.0, "hwm": 0.0}
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out["rss"] = int(line.split()[1]) / 1024
+            elif line.startswith("VmHWM:"):
+                out["hwm"] = int(line.split()[1]) / 1024
+    return out
+
+
+def fresh_dir(name: str) -> pathlib.Path:
+    path = WORK / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def stop_pid(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
+    """SIGTERM the process group we started (by its PID), SIGKILL after `grace`."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# -- peers -----------------------------------------------------------------------------------------
+
+
+def ensure_peers() -> pathlib.Path:
+    """The peers' virtualenv (Ray, MLflow), created on first use."""
+    if not PEERS_PYTHON.exists():
+        log(f"creating {PEERS_VENV} with {', '.join(PEER_PACKAGES)} (first run only)")
+        base = shutil.which("python3") or sys.executable
+        subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([str(PEERS_PYTHON), "-m", "pip", "install", "--quiet", *PEER_PACKAGES], check=True)
+    return PEERS_PYTHON
+
+
+@contextlib.contextmanager
+def netns() -> Iterator[str]:
+    """A network namespace with only an `lo` that is up: a peer started inside can reach nothing
+    but itself, whatever address it would like to bind or dial."""
+    name = f"sfbench-{secrets.token_hex(3)}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def run_peer(script: str, args: Sequence[str], *, timeout: float, in_netns: bool = True) -> dict[str, Any]:
+    """Run bench/peers/<script> with the peers' Python (inside a fresh netns); its last stdout line is JSON."""
+    python = ensure_peers()
+    cmd = [str(python), str(PEERS_DIR / script), *args]
+    with contextlib.ExitStack() as stack:
+        if in_netns:
+            ns = stack.enter_context(netns())
+            cmd = ["ip", "netns", "exec", ns, *cmd]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+        env.update(RAY_USAGE_STATS_ENABLED="0", MLFLOW_ENABLE_TELEMETRY="false", DO_NOT_TRACK="1")
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=None, text=True, cwd=str(WORK), env=env, start_new_session=True
+        )
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_pid(proc, 5)
+            raise RuntimeError(f"peer {script} did not finish within {timeout:.0f} s") from None
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"peer {script} failed (exit {proc.returncode}): {out[-2000:]}")
+    doc: dict[str, Any] = json.loads(lines[-1])
+    return doc

@@ -1,0 +1,210 @@
+"""Queue scale: 1,000,000 QUEUED jobs of 1,000 users; the latency of picking the next dispatchable job
+and the control plane's memory.
+
+How the rows were made: bulk SQL (sqlite3 executemany) into a ledger migrated by the control plane,
+each job row a copy of what `JobsApi.submit` writes for a trivial custom/custom job (same spec bytes,
+needs, pools, provenance; own id, owner, seq, created_at) plus its QUEUED JobEvent; users round-robin.
+The fleet is drained (as `sf fleet drain` leaves it), so the console places nothing and keeps
+computing wait reasons and queue positions for the whole queue.
+
+Pick: the scheduler's decision for one cycle, run in-process on that ledger exactly as
+`Scheduler._place` does it before claiming (candidates query, capacity in use, placement with fair
+share), with one free CPU slot. Memory: peak RSS of the real console process (`sf up`) serving that
+ledger for several scheduler cycles.
+
+Peer (a floor, not a scheduler): the globally next job in (priority desc, seq) order, no fair share,
+with two index seeks on the same table (top priority, then its lowest seq).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+from bench.common import QUICK, Result, fresh_dir, log, summary
+
+JOBS = 100_000 if QUICK else 1_000_000
+USERS = 1_000
+MEMORY_WATCH_S = 30.0
+
+
+def _template() -> dict[str, Any]:
+    from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
+
+    from control.ledger import convert
+    from recipes.catalog import load_catalog
+
+    recipe = load_catalog().get("custom/custom")
+    assert recipe is not None
+    spec = job_spec_pb2.JobSpec(
+        api_version="forge/v2", project="@user-0000/lab", experiment="exp", method="custom/custom",
+        recipe_lock=job_spec_pb2.RecipeLock(method=recipe.name, version=recipe.version, digest=recipe.digest),
+        config_json=json.dumps({"image": "host", "observability": "platform"}),
+        workspace=workspace_pb2.WorkspaceManifest(files=[workspace_pb2.WorkspaceFile(
+            path="experiments/exp/train.sh", sha256="0" * 64, size=40, executable=True)]),
+    )  # fmt: skip
+    pools = [job_spec_pb2.Pool(name="main", series="cpu", nodes=1, gpus_per_node=0)]
+    return {
+        "project": "@user-0000/lab", "experiment": "exp", "method": "custom/custom", "state": 1,
+        "queue": "default", "priority": 0, "series": "cpu", "gpus": 0,
+        "needs": json.dumps({"gpus": {"cpu": 1}, "nodes": {"cpu": 1}}), "eligible_fleets": json.dumps(["local"]),
+        "runtime_id": recipe.runtimes[0].runtime_id, "spec": spec.SerializeToString(),
+        "pools": convert.pools_to_bytes(pools), "resolved_config": "{}", "image": "host",
+        "provenance": job_spec_pb2.Provenance(recipe_digest=recipe.digest).SerializeToString(),
+        "fleet": "", "parent_job_id": "", "stage": "", "retry_budget": 0, "retries_used": 0, "request_id": "",
+        "wait_reason": 0, "wait_message": "waiting for the scheduler", "queue_position": 0, "stopped_by": "",
+        "diagnosis": b"", "desired": "", "labels": "{}", "out_dir": "", "not_before": 0.0, "attempts_count": 0,
+        "next_cause": job_pb2.ATTEMPT_CAUSE_INITIAL, "event_seq": 1,
+    }  # fmt: skip
+
+
+def build_ledger(state_dir: Any) -> None:
+    from common import ids
+    from control import auth
+    from control.db import migrate
+    from control.db.engine import Database
+
+    db_path = state_dir / "ledger.db"
+    db = Database(f"sqlite:///{db_path}")
+    migrate.upgrade(db.engine)
+
+    def users(s: Any) -> None:
+        auth.create_user(s, "root", admin=True)
+        token, _ = auth.issue_token(s, "root", "pat", name="bootstrap")
+        (state_dir / "admin-token").write_text(token + "\n")
+        for u in range(USERS):
+            auth.create_user(s, f"user-{u:04d}")
+
+    db.run_sync(users)
+    db.close()
+    t = _template()
+    cols = ["id", "owner", "seq", "created_at", "updated_at", *t]
+    now = time.time()
+    conn = sqlite3.connect(db_path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(
+        "INSERT INTO fleet_states (name, state, reason, updated_at) VALUES ('local', 2, 'benchmark', ?)", (now,)
+    )
+    job_sql = f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    ev_sql = (
+        "INSERT INTO job_events (job_id, seq, attempt_id, from_state, to_state, at, reason) "
+        "VALUES (?, 1, '', 0, 1, ?, 'admitted')"
+    )
+    fixed = tuple(t.values())
+    chunk = 50_000
+    for start in range(0, JOBS, chunk):
+        rows = []
+        events = []
+        for i in range(start, min(JOBS, start + chunk)):
+            at = now - JOBS + i
+            # the id format of common.ids.new_job_id (time-sortable), made unique by construction
+            job_id = "j" + ids._b32(int(at * 1000), 8) + ids._b32(i, 5)
+            owner = f"user-{i % USERS:04d}"
+            rows.append((job_id, owner, i + 1, at, at, *_owned(fixed, owner)))
+            events.append((job_id, at))
+        conn.executemany(job_sql, rows)
+        conn.executemany(ev_sql, events)
+        conn.commit()
+    conn.execute("INSERT INTO counters (name, value) VALUES ('job_seq', ?)", (JOBS,))
+    conn.commit()
+    conn.close()
+
+
+def _owned(fixed: tuple[Any, ...], owner: str) -> tuple[Any, ...]:
+    return (fixed[0].replace("user-0000", owner), *fixed[1:])
+
+
+def measure_pick(db_url: str, rounds: int = 30, budget_s: float = 60.0) -> dict[str, Any]:
+    """The scheduler's placement decision (what `Scheduler._place` computes before claiming)."""
+    from control.config import FleetConfig, InventoryConfig
+    from control.db.engine import Database
+    from control.scheduler import dispatch, placement
+
+    fleets = [FleetConfig(name="local", kind="local", address="", inventory=[InventoryConfig("cpu", 1, 0, 1)])]
+    db = Database(db_url)
+    times: list[float] = []
+    floor: list[float] = []
+    picked = ""
+    deadline = time.monotonic() + budget_s
+    with db.engine.connect() as conn:
+        conn.exec_driver_sql("SELECT count(*) FROM jobs").all()  # warm the page cache like a running server
+    try:
+        while len(times) < rounds and (time.monotonic() < deadline or len(times) < 3):
+            with db.sessions() as s:
+                t0 = time.perf_counter()
+                now = time.time()
+                candidates = dispatch._candidates(s, now)
+                used, usage = dispatch.used_capacity(s)
+                caps = placement.capacities(fleets, used, {}, {})
+                decision = placement.decide(candidates, caps, usage)
+                times.append(time.perf_counter() - t0)
+                picked = decision.placed[0][0] if decision.placed else ""
+                t1 = time.perf_counter()
+                conn = s.connection()
+                top = conn.exec_driver_sql("SELECT max(priority) FROM jobs WHERE state = 1 AND queue = 'default'")
+                conn.exec_driver_sql(
+                    "SELECT id FROM jobs WHERE state = 1 AND queue = 'default' AND priority = ? ORDER BY seq LIMIT 1",
+                    (top.scalar_one(),),
+                ).all()
+                floor.append(time.perf_counter() - t1)
+                s.rollback()
+    finally:
+        db.close()
+    return {"pick": summary(times), "floor": summary(floor), "picked": picked, "candidates": len(candidates)}
+
+
+def measure_memory(state_dir: Any) -> dict[str, float]:
+    from bench.console import running_console
+
+    with running_console(state_dir) as console:
+        time.sleep(MEMORY_WATCH_S)
+        mem = console.memory()
+        log_tail = (state_dir / "console.log").read_text(errors="replace")[-500:]
+    return {**mem, "watched_s": MEMORY_WATCH_S, "log_bytes": float(len(log_tail))}
+
+
+def run() -> list[Result]:
+    work = fresh_dir("queue")
+    state = work / "console"
+    state.mkdir()
+    t0 = time.monotonic()
+    build_ledger(state)
+    log(f"queue: {JOBS} jobs of {USERS} users inserted in {time.monotonic() - t0:.0f} s")
+    url = f"sqlite:///{state / 'ledger.db'}"
+    pick = measure_pick(url)
+    log(f"queue: pick p50 {pick['pick']['p50'] * 1000:.1f} ms p99 {pick['pick']['p99'] * 1000:.1f} ms")
+    memory = measure_memory(state)
+    log(f"queue: console peak RSS {memory['control_peak_mib']:.0f} MiB")
+    p99 = pick["pick"]["p99"]
+    return [
+        Result(
+            name="queue-pick",
+            metric=f"pick next dispatchable job, {JOBS:,} queued / {USERS:,} users, p99",
+            figure=p99,
+            unit="s",
+            peer="floor: next job by (priority desc, seq), two index seeks, no fair share, p99",
+            peer_figure=pick["floor"]["p99"],
+            ratio=p99 / pick["floor"]["p99"] if pick["floor"]["p99"] else None,
+            ratio_note="ours / floor, lower is better",
+            target="p99 <= 0.005 s",
+            met=p99 <= 0.005,
+            command="python -m bench queue",
+            details={"pick": pick, "jobs": JOBS, "users": USERS},
+        ),
+        Result(
+            name="queue-memory",
+            metric=f"control plane peak RSS with {JOBS:,} queued jobs",
+            figure=memory["control_peak_mib"],
+            unit="MiB",
+            peer="",
+            peer_figure=None,
+            ratio=None,
+            ratio_note="",
+            target="<= 1024 MiB",
+            met=memory["control_peak_mib"] <= 1024,
+            command="python -m bench queue",
+            details={"memory": memory},
+        ),
+    ]
