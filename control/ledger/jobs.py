@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -145,24 +145,40 @@ def next_counter(s: Session, name: str) -> int:
     return int(s.execute(stmt).scalar_one())
 
 
+SET_WAIT_CHUNK = 10_000
+
+
 def set_wait(s: Session, waiting: dict[str, tuple[int, str, int]]) -> None:
     """Record why QUEUED jobs wait (reason, message, position); only touches jobs still QUEUED
     whose record changes."""
     if not waiting:
         return
-    current = {
-        r.id: (r.wait_reason, r.wait_message, r.queue_position)
-        for r in s.execute(
-            select(m.Job.id, m.Job.wait_reason, m.Job.wait_message, m.Job.queue_position).where(
-                m.Job.id.in_(list(waiting)), m.Job.state == sm.QUEUED
+    ids = list(waiting)
+    current: dict[str, tuple[int, str, int]] = {}
+    # in chunks: one statement takes at most 65,535 parameters on PostgreSQL (a big queue has more)
+    for i in range(0, len(ids), SET_WAIT_CHUNK):
+        current.update(
+            (r.id, (r.wait_reason, r.wait_message, r.queue_position))
+            for r in s.execute(
+                select(m.Job.id, m.Job.wait_reason, m.Job.wait_message, m.Job.queue_position).where(
+                    m.Job.id.in_(ids[i : i + SET_WAIT_CHUNK]), m.Job.state == sm.QUEUED
+                )
             )
         )
-    }
-    for job_id, value in waiting.items():
-        if job_id in current and current[job_id] != value:
-            reason, message, position = value
-            s.execute(
-                update(m.Job)
-                .where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
-                .values(wait_reason=reason, wait_message=message, queue_position=position)
-            )
+    changed = [
+        {"b_id": job_id, "b_reason": value[0], "b_message": value[1], "b_position": value[2]}
+        for job_id, value in waiting.items()
+        if job_id in current and current[job_id] != value
+    ]
+    if changed:  # one executemany: when the queue moves, every position behind it changes
+        jobs_table = m.Job.metadata.tables[m.Job.__tablename__]
+        s.connection().execute(
+            update(jobs_table)
+            .where(jobs_table.c.id == bindparam("b_id"), jobs_table.c.state == sm.QUEUED)
+            .values(
+                wait_reason=bindparam("b_reason"),
+                wait_message=bindparam("b_message"),
+                queue_position=bindparam("b_position"),
+            ),
+            changed,
+        )

@@ -35,6 +35,15 @@ log = logging.getLogger("starforge.scheduler")
 DRAINED = 2  # starforge.control.v1.FLEET_STATE_DRAINED
 
 PER_OWNER = 50  # QUEUED jobs per owner looked at per cycle
+# A cycle looks at every owner's first PER_OWNER jobs (a full pass: placements, then every
+# candidate's wait reason and queue position) while the queue is small. Past FULL_PASS_CANDIDATES
+# candidates, a cycle first decides on each owner's head of line only (a fast pass, enough when
+# capacity runs out, the usual case with a big queue) and makes a full pass only when a fleet kept
+# free capacity that a job behind a waiting head might use (backfill), or when the wait reasons
+# are STATUS_REFRESH_SECONDS old. At 1,000,000 queued jobs of 1,000 users that is ~50,000
+# candidates, about a second of the single database thread for a full pass (bench/queue_scale.py).
+FULL_PASS_CANDIDATES = 2_000
+STATUS_REFRESH_SECONDS = 5.0
 LEASE_SECONDS = 60.0
 CLASS_NAMES = frozenset(n.removeprefix("FAILURE_CLASS_") for n in st.FailureClass.keys())  # noqa: SIM118
 MAX_DISPATCH_TRIES = 8
@@ -75,10 +84,10 @@ _CANDIDATES = text(
 )
 
 
-def _candidates(s: Session, now: float) -> list[placement.Candidate]:
-    """QUEUED jobs to consider: each owner's first PER_OWNER in their own order (so one user's
+def _candidates(s: Session, now: float, per_owner: int = PER_OWNER) -> list[placement.Candidate]:
+    """QUEUED jobs to consider: each owner's first `per_owner` in their own order (so one user's
     huge backlog never hides another user's job from the scheduler)."""
-    rows = s.execute(_CANDIDATES, {"queued": sm.QUEUED, "now": now, "per_owner": PER_OWNER}).all()
+    rows = s.execute(_CANDIDATES, {"queued": sm.QUEUED, "now": now, "per_owner": per_owner}).all()
     parsed: dict[str, Any] = {}  # the JSON columns repeat across jobs: parse each distinct text once
 
     def load(text_: str | None, default: str) -> Any:
@@ -151,6 +160,8 @@ class Scheduler:
         self.ctx = ctx
         self._tasks: set[asyncio.Task[None]] = set()
         self._launch_slots = asyncio.Semaphore(32)
+        self._big_queue = False  # the last full pass had more than FULL_PASS_CANDIDATES candidates
+        self._status_at = 0.0  # when wait reasons and positions were last written (a full pass)
 
     # -- placement and claim (one transaction) -------------------------------------------------
 
@@ -234,23 +245,43 @@ class Scheduler:
             job.provenance = prov.SerializeToString()
         return Claimed(attempt.id, job.id, fleet, data)
 
-    def _place(self, s: Session) -> list[Claimed]:
-        now = time.time()
-        candidates = _candidates(s, now)
+    def decide(self, s: Session, now: float) -> tuple[placement.Decision, bool]:
+        """This cycle's placement decision, and whether it was a full pass (see PER_OWNER)."""
+        fast_pass = self._big_queue and now - self._status_at < STATUS_REFRESH_SECONDS
+        candidates = _candidates(s, now, per_owner=1 if fast_pass else PER_OWNER)
         if not candidates:
-            return []
+            self._big_queue = False
+            return placement.Decision([], {}, {}), True
         unusable = {
             name: status.why_unusable() for name, status in self.ctx.executors.status.items() if status.why_unusable()
         }
         used, usage = used_capacity(s, self.ctx.cfg.fair_share_half_life_seconds)
-        caps = placement.capacities(self.ctx.cfg.fleets, used, unusable, closed_fleets(s, self.ctx))
-        decision = placement.decide(candidates, caps, usage, self.ctx.cfg.quotas)
+        closed = closed_fleets(s, self.ctx)
+
+        def run(candidates: list[placement.Candidate], dispatch_only: bool) -> placement.Decision:
+            caps = placement.capacities(self.ctx.cfg.fleets, used, unusable, closed)
+            fresh = placement.Usage(usage.by_user.copy(), usage.by_project.copy(), usage.history, usage.totals.copy())
+            return placement.decide(candidates, caps, fresh, self.ctx.cfg.quotas, dispatch_only=dispatch_only)
+
+        if fast_pass:
+            fast = run(candidates, dispatch_only=True)
+            if not fast.backfill:
+                return fast, False
+            candidates = _candidates(s, now)
+        self._big_queue = len(candidates) > FULL_PASS_CANDIDATES
+        return run(candidates, dispatch_only=False), True
+
+    def _place(self, s: Session) -> list[Claimed]:
+        now = time.time()
+        decision, full = self.decide(s, now)
         claimed = []
         for job_id, fleet in decision.placed:
             c = self._claim(s, job_id, fleet, now)
             if c is not None:
                 claimed.append(c)
-        jobs.set_wait(s, {j: (r, msg, decision.positions.get(j, 0)) for j, (r, msg) in decision.waiting.items()})
+        if full:
+            jobs.set_wait(s, {j: (r, msg, decision.positions.get(j, 0)) for j, (r, msg) in decision.waiting.items()})
+            self._status_at = now
         return claimed
 
     async def tick(self) -> int:

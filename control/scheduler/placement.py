@@ -53,14 +53,16 @@ class Usage:
     # Recent usage per user (GPU-seconds, decayed with a half-life): breaks ties between users
     # holding the same capacity now, so whoever used less lately goes first.
     history: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # owner -> all series
 
     def add(self, owner: str, project: str, needs: dict[str, int]) -> None:
         for s, n in needs.items():
             self.by_user[(owner, s)] += n
             self.by_project[(project, s)] += n
+            self.totals[owner] += n
 
     def total(self, owner: str) -> int:
-        return sum(n for (u, _), n in self.by_user.items() if u == owner)
+        return self.totals.get(owner, 0)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class Decision:
     placed: list[tuple[str, str]]  # (job_id, fleet)
     waiting: dict[str, tuple[int, str]]  # job_id -> (WaitReason, message)
     positions: dict[str, int]  # job_id -> 1-based position among the waiting, in dispatch order
+    # Some fleet still had free capacity when a job had to wait (for capacity or quota): jobs
+    # behind that one might fit there (backfill), so a decision on owners' heads only is partial.
+    backfill: bool = False
 
 
 UNLIMITED = 1 << 30
@@ -138,16 +143,29 @@ def _fair_order(candidates: Iterable[Candidate], usage: Usage) -> Iterable[Candi
                 heapq.heappush(heap, (usage.total(owner), usage.history[owner], q[-1].seq, owner))
 
 
+def _any_free(fleets: Sequence[FleetCapacity]) -> bool:
+    return any(f.usable and any(n > 0 for n in f.free.values()) for f in fleets)
+
+
 def decide(
     candidates: Iterable[Candidate],
     fleets: list[FleetCapacity],
     usage: Usage | None = None,
     quotas: Sequence[QuotaConfig] = (),
+    *,
+    dispatch_only: bool = False,
 ) -> Decision:
+    """Place what fits, in fair order; say why each other candidate waits and its position.
+
+    `dispatch_only`: only the placements matter (the scheduler's fast pass): stop as soon as no
+    usable fleet has free capacity left, and leave `waiting`/`positions` incomplete.
+    """
     usage = usage or Usage()
     placed: list[tuple[str, str]] = []
     waiting: dict[str, tuple[int, str]] = {}
     positions: dict[str, int] = {}
+    if dispatch_only and not _any_free(fleets):
+        return Decision(placed, waiting, positions)
     for c in _fair_order(candidates, usage):
         blocked = _quota_block(c, usage, quotas)
         if blocked:
@@ -190,4 +208,6 @@ def decide(
             chosen.free[s] -= n
         usage.add(c.owner, c.project, c.needs)
         placed.append((c.job_id, chosen.name))
-    return Decision(placed, waiting, positions)
+        if dispatch_only and not _any_free(fleets):
+            break
+    return Decision(placed, waiting, positions, backfill=bool(waiting) and _any_free(fleets))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import pathlib
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -26,6 +27,7 @@ from control.events import Notifier
 from control.executors import ExecutorPool
 from control.ledger import jobs, outcomes, platform
 from control.ledger import state_machine as sm
+from control.scheduler import dispatch
 from control.scheduler.dispatch import Scheduler, closed_fleets
 from recipes.catalog import load_catalog
 from tests import factories as f
@@ -225,3 +227,43 @@ def test_claim_writes_attempt_token_and_launch(db: Database, sched: Scheduler) -
     assert att.state == sm.SUBMITTED and att.launch and att.capsule_digest
     tokens = db.run_sync(lambda s: list(s.scalars(select(m.Token).where(m.Token.job_id == job))))
     assert [t.kind for t in tokens] == ["run"]
+
+
+@pytest.fixture
+def big_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make a handful of candidates a "big queue": cycles take the fast pass on heads of line."""
+    monkeypatch.setattr(dispatch, "FULL_PASS_CANDIDATES", 3)
+
+
+def test_big_queue_fast_pass_keeps_fair_share(db: Database, sched: Scheduler, big_queue: None) -> None:
+    _users(db, "alice", "bob")
+    alice = _queue(db, "alice", 20)
+    decision, full = db.run_sync(lambda s: sched.decide(s, time.time()))
+    assert full and len(decision.waiting) == 19, "the first cycle is a full pass"
+    assert [c.job_id for c in db.run_sync(sched._place)] == [alice[0]]
+    bob = _queue(db, "bob", 1)[0]
+    decision, full = db.run_sync(lambda s: sched.decide(s, time.time()))
+    assert not full and decision.placed == [] and decision.waiting == {}, "fleet full: the fast pass stops at once"
+    _finish(db, alice[0])
+    decision, full = db.run_sync(lambda s: sched.decide(s, time.time()))
+    assert not full and decision.placed == [(bob, "gpu")], "bob's one job goes before alice's backlog"
+    assert [c.job_id for c in db.run_sync(sched._place)] == [bob]
+    # wait reasons and positions are refreshed by a full pass once they are STATUS_REFRESH_SECONDS old
+    sched._status_at -= dispatch.STATUS_REFRESH_SECONDS
+    assert db.run_sync(sched._place) == []
+    assert _state(db, alice[1]).queue_position == 1 and _state(db, alice[1]).wait_reason == st.WAIT_REASON_CAPACITY
+    assert _state(db, alice[19]).queue_position == 19
+
+
+def test_big_queue_backfills_behind_a_head_that_does_not_fit(db: Database, sched: Scheduler, big_queue: None) -> None:
+    _users(db, "alice")
+    small = _queue(db, "alice", 5, gpus=4)
+    assert [c.job_id for c in db.run_sync(sched._place)] == small[:2]  # a full pass; the queue is "big" now
+    _finish(db, small[0])
+    _finish(db, small[1])
+    # alice's head of line from now on: a job that cannot fit the fleet's one node of 8 GPUs
+    huge = db.run_sync(lambda s: f.job(s, owner="alice", series="h200", gpus=16, fleets=("gpu",), priority=1).id)
+    decision, full = db.run_sync(lambda s: sched.decide(s, time.time()))
+    assert full, "the head waits while GPUs are free: the cycle looks behind it"
+    assert decision.placed == [(small[2], "gpu"), (small[3], "gpu")]
+    assert decision.waiting[huge][0] == st.WAIT_REASON_CAPACITY

@@ -200,3 +200,24 @@ def test_config_refuses_unknown_fleet_kind(tmp_path: pathlib.Path) -> None:
     p.write_text("fleets:\n  - {name: a, kind: k8s, address: 127.0.0.1:2}\n")
     with pytest.raises(ConfigError, match="unknown executor kind 'k8s'; valid kinds: local, agent, kuberay, slurm"):
         control_config.load(p, {})
+
+
+def test_dispatch_only_stops_when_capacity_runs_out() -> None:
+    cands = [placement.Candidate(f"j{i}", f"u{i}", "@p/x", 0, i, {"h200": 8}) for i in range(100)]
+    full = placement.decide(cands, [placement.FleetCapacity("gpu", {"h200": 16}, {"h200": 2})])
+    fast = placement.decide(cands, [placement.FleetCapacity("gpu", {"h200": 16}, {"h200": 2})], dispatch_only=True)
+    assert fast.placed == full.placed == [("j0", "gpu"), ("j1", "gpu")]
+    assert len(full.waiting) == 98 and fast.waiting == {} and not fast.backfill
+    none_free = placement.decide(cands, [placement.FleetCapacity("gpu", {"h200": 0}, {"h200": 2})], dispatch_only=True)
+    assert none_free.placed == [] and none_free.waiting == {}
+
+
+def test_backfill_is_flagged_when_a_job_waits_beside_free_capacity() -> None:
+    cands = [
+        placement.Candidate("big", "u1", "@p/x", 0, 1, {"h200": 16}),
+        placement.Candidate("small", "u2", "@p/x", 0, 2, {"h200": 4}),
+    ]
+    d = placement.decide(cands[:1], [placement.FleetCapacity("gpu", {"h200": 8}, {"h200": 1})], dispatch_only=True)
+    assert d.placed == [] and d.backfill
+    d = placement.decide(cands, [placement.FleetCapacity("gpu", {"h200": 8}, {"h200": 1})])
+    assert d.placed == [("small", "gpu")] and d.backfill  # 4 GPUs still free while "big" waits
