@@ -204,7 +204,7 @@ async def _fetch(stub: blob_grpc.BlobServiceStub, e: _Entry, cache_dir: Path, so
             )
         os.chmod(tmp, 0o644)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, target)
+        _publish(tmp, target)
     except grpc.RpcError as rpc:
         raise _blob_error(rpc, e, source.address) from None
     finally:
@@ -253,8 +253,29 @@ def _executable_twin(cache_dir: Path, digest: str) -> Path:
         tmp = twin.with_name(f"{twin.name}.{os.getpid()}.{secrets.token_hex(4)}")
         shutil.copyfile(cache_path(cache_dir, digest), tmp)
         os.chmod(tmp, 0o755)  # noqa: S103 - an executable of the job, like any installed program
-        os.replace(tmp, twin)
+        try:
+            _publish(tmp, twin)
+        finally:
+            tmp.unlink(missing_ok=True)
     return twin
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Give a complete file its cache name, unless a concurrent fetch already did.
+
+    A published entry is never replaced: Linux refuses to hard-link an inode whose last name was
+    just renamed over (ENOENT), so replacing an entry while another launch links it from the cache
+    failed that launch (11 concurrent launches of one capsule did, 1 run in 8). The caller removes
+    `tmp` afterwards.
+    """
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        pass  # same digest, same content: the first copy stays
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        os.replace(tmp, target)  # a file system without hard links: no links from the cache either
 
 
 def _place(e: _Entry, src: Path) -> None:

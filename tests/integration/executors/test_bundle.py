@@ -161,3 +161,19 @@ async def test_many_files_fetch_concurrently_and_copy_across_devices(blobs: Blob
     finally:
         if other_device:
             shutil.rmtree(workspace_dir, ignore_errors=True)
+
+
+def test_a_published_cache_entry_is_never_replaced(tmp_path: pathlib.Path) -> None:
+    """Linux refuses to hard-link an inode whose last name was renamed over (ENOENT): a second
+    fetch of the same blob must leave the first entry's inode in place for launches linking it."""
+    target = bundle.cache_path(tmp_path, "ab" * 32)
+    target.parent.mkdir(parents=True)
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_bytes(b"same content")
+    second.write_bytes(b"same content")
+    bundle._publish(first, target)
+    inode = target.stat().st_ino
+    bundle._publish(second, target)  # a concurrent fetch that finished later
+    assert target.stat().st_ino == inode == first.stat().st_ino
+    os.link(target, tmp_path / "linked")  # what a launch placing the file does
+    assert (tmp_path / "linked").read_bytes() == b"same content"

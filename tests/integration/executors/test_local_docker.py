@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import traceback
 from collections.abc import AsyncIterator
 
 import docker
@@ -223,9 +224,11 @@ async def test_concurrent_launches_never_share_a_gpu(
     results = await asyncio.gather(*(executor.launch(r) for r in reqs), return_exceptions=True)
     ok = [r for r, res in zip(reqs, results, strict=True) if not isinstance(res, BaseException)]
     others = [
-        repr(res) for res in results if isinstance(res, BaseException) and not isinstance(res, errors.ResourceExhausted)
+        "".join(traceback.format_exception(res))
+        for res in results
+        if isinstance(res, BaseException) and not isinstance(res, errors.ResourceExhausted)
     ]
-    assert others == [], "only ResourceExhausted may refuse a launch here"
+    assert not others, "only ResourceExhausted may refuse a launch here:\n" + "\n".join(others)
     assert len(ok) == 8
     labels = [containers_of(dockerd, r.attempt_id)[0].labels[LABEL_GPUS] for r in ok]
     assert sorted(int(g) for g in labels) == list(range(8))
