@@ -16,6 +16,7 @@ from starforge.job.v1 import job_spec_pb2
 
 from cli import spec as specmod
 from cli import templates
+from cli.client import Client
 from cli.commands.common import OutputOpt
 from cli.context import AppState, app_state
 from cli.errors import usage
@@ -37,10 +38,12 @@ def _parse_pairs(values: list[str], flag: str) -> dict[str, str]:
 
 
 def _upgrade_lock(
-    state: AppState, files: specmod.ExperimentFiles, framework_version: str, out: Output
+    client: Client, files: specmod.ExperimentFiles, framework_version: str, out: Output
 ) -> job_spec_pb2.RecipeLock:
-    """Resolve the latest lock and rewrite recipe.lock.json (after packing: the tree stays clean)."""
-    client = state.client()
+    """Resolve the latest lock and rewrite recipe.lock.json (after packing: the tree stays clean).
+
+    It takes the submission's client: asking AppState for another would close the one the rest of the
+    submission goes on using."""
     old = files.lock
     lock: job_spec_pb2.RecipeLock = client.call(
         client.catalog.ResolveLock,
@@ -76,7 +79,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     stats = upload_files(client, pack.files, out)
     out.info(stats.summary())
     if opts.upgrade_recipe:
-        files.lock = _upgrade_lock(state, files, opts.framework_version, out)
+        files.lock = _upgrade_lock(client, files, opts.framework_version, out)
     spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides)
     request = control_service_pb2.SubmitJobRequest(spec=spec, request_id=str(uuid.uuid4()), dry_run=opts.dry_run)
     resp = client.call(client.control.SubmitJob, request)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pathlib
 import socket
+import subprocess
 
 from starforge.job.v1 import job_state_pb2 as st
 
@@ -94,3 +95,27 @@ PY
         assert latest == {"1.0": 0.2, "2.0": 0.1}
         text = (await c.sf_async("job", "compare", "-e", "exp")).stdout
         assert "DIFFERS BY" in text and "lr=2.0" in text
+
+
+async def test_submit_with_upgrade_recipe_rewrites_a_stale_lock_and_queues_the_job(tmp_path: pathlib.Path) -> None:
+    """`--upgrade-recipe` resolves the current lock with the submission's own client (it used to close
+    that client and fail with "Cannot invoke RPC on closed channel", creating no job)."""
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp")
+        lock_path = lab / "experiments" / "exp" / "recipe.lock.json"
+        current = json.loads(lock_path.read_text())
+        stale = dict(current, digest="sha256:" + "0" * 64, version="0.0.1")
+        lock_path.write_text(json.dumps(stale))
+        subprocess.run(["git", "commit", "-qam", "stale lock"], cwd=lab, check=True)
+        refused = await c.sf_async("submit", "exp", cwd=lab, check=False)
+        assert refused.returncode == 3, refused.stderr
+        assert "--upgrade-recipe" in refused.stderr
+        r = await c.sf_async("-o", "json", "submit", "exp", "--upgrade-recipe", cwd=lab, check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr and "closed channel" not in r.stderr
+        job = json.loads(r.stdout)["job"]
+        assert json.loads(lock_path.read_text())["digest"] == current["digest"]
+        assert job["provenance"]["recipe_digest"] == current["digest"]
+        jobs = json.loads((await c.sf_async("-o", "json", "job", "ls")).stdout)
+        listed = jobs.get("jobs") if isinstance(jobs, dict) else jobs
+        assert [j["job_id"] for j in listed] == [job["job_id"]]
