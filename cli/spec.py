@@ -246,7 +246,7 @@ def build_spec(
         provenance=provenance,
         observability=observability(files.config, opts.observability_url, validate=opts.validate),
         then_stages=opts.then,
-        retry_budget=opts.retries or 0,
+        retry_budget=opts.retries,
         priority=opts.priority,
         queue=opts.queue,
         fleet=opts.fleet,

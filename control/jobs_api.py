@@ -159,7 +159,7 @@ class JobsApi:
                 resolved_config=json.dumps(admitted.resolved_config),
                 image=admitted.image,
                 provenance=provenance.SerializeToString(),
-                retry_budget=spec.retry_budget or self.ctx.cfg.default_retry_budget,
+                retry_budget=spec.retry_budget if spec.HasField("retry_budget") else self.ctx.cfg.default_retry_budget,
                 labels=json.dumps(dict(spec.labels)),
                 next_cause=job_pb2.ATTEMPT_CAUSE_INITIAL,
                 created_at=now,

@@ -119,3 +119,12 @@ async def test_submit_with_upgrade_recipe_rewrites_a_stale_lock_and_queues_the_j
         jobs = json.loads((await c.sf_async("-o", "json", "job", "ls")).stdout)
         listed = jobs.get("jobs") if isinstance(jobs, dict) else jobs
         assert [j["job_id"] for j in listed] == [job["job_id"]]
+
+
+async def test_retries_zero_means_no_automatic_retry(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp")
+        zero = json.loads((await c.sf_async("-o", "json", "submit", "exp", "--retries", "0", cwd=lab)).stdout)["job"]
+        default = json.loads((await c.sf_async("-o", "json", "submit", "exp", cwd=lab)).stdout)["job"]
+        assert zero.get("retry_budget", 0) == 0
+        assert default["retry_budget"] == c.app.ctx.cfg.default_retry_budget > 0

@@ -184,3 +184,11 @@ def test_train_data_must_be_packed(lab: pathlib.Path) -> None:
     specmod.check_workspace_paths(packed, specmod.SubmitOptions("demo", train_data="x.jsonl", train_dataset="a/b"))
     with pytest.raises(CliError, match=re.escape("--validation-data data/val.jsonl: not in the packed lab")):
         specmod.check_workspace_paths(packed, specmod.SubmitOptions("demo", validation_data="data/val.jsonl"))
+
+
+def test_retries_zero_is_sent_and_unset_is_left_to_the_server(lab: pathlib.Path) -> None:
+    """`--retries 0` must reach the console as 0 (no retry), not as "unset" (the server default)."""
+    zero = _build(lab, specmod.SubmitOptions("demo", retries=0))
+    assert zero.HasField("retry_budget") and zero.retry_budget == 0
+    unset = _build(lab, specmod.SubmitOptions("demo"))
+    assert not unset.HasField("retry_budget")

@@ -940,10 +940,11 @@ class JobSpec(betterproto2.Message):
     Pipeline stages to run as jobs of their own after training succeeds ("export", "eval").
     """
 
-    retry_budget: "int" = betterproto2.field(17, betterproto2.TYPE_INT32)
+    retry_budget: "int | None" = betterproto2.field(17, betterproto2.TYPE_INT32, optional=True)
     """
-    Automatic retries allowed for retryable failures (infra, node lost, preempted). Negative
-    values are refused; 0 uses the server default.
+    Automatic retries allowed for retryable failures (infra, node lost, preempted). Unset uses the
+    server default (`default_retry_budget`); 0 means never retry. Negative values are refused with
+    INVALID_ARGUMENT.
     """
 
     priority: "int" = betterproto2.field(18, betterproto2.TYPE_INT32)
