@@ -118,20 +118,32 @@ def status_cmd(ctx: typer.Context, job_id: JobIdArg = "latest", output: OutputOp
 def logs_cmd(
     ctx: typer.Context,
     job_id: JobIdArg = "latest",
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow/--no-follow",
+            "-f/-F",
+            help="Follow until the job ends (the default); --no-follow prints what is stored and exits.",
+        ),
+    ] = True,
     lines: Annotated[
         int | None,
         typer.Option(
-            "--lines", "-n", help="Last N lines first (0 = full history; default: all, or 100 with -f).", min=0
+            "--lines",
+            "-n",
+            help="Last N lines first (0 = full history; default: 100 when following, all with --no-follow).",
+            min=0,
         ),
     ] = None,
     output: OutputOpt = None,
 ) -> None:
-    """Print a job's log lines (stdout, stderr and platform lines), raw, in order.
+    """Follow a job's log lines (stdout, stderr and platform lines), raw, in order, until it ends.
 
-    With -f it follows across console restarts and exits 0 only if the job SUCCEEDED.
+    Following survives console restarts and exits 0 only if the job SUCCEEDED. `--no-follow` prints
+    the stored lines and exits 0.
 
-    Example: `sf job logs j0abc123 -f`
+    Examples: `sf job logs` (the latest job), `sf job logs j0abc123 -n 0` (full history, then follow),
+    `sf job logs j0abc123 --no-follow`
     """
     st = app_state(ctx)
     out = st.output(output)

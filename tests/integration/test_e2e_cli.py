@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 import socket
@@ -128,3 +129,29 @@ async def test_retries_zero_means_no_automatic_retry(tmp_path: pathlib.Path) -> 
         default = json.loads((await c.sf_async("-o", "json", "submit", "exp", cwd=lab)).stdout)["job"]
         assert zero.get("retry_budget", 0) == 0
         assert default["retry_budget"] == c.app.ctx.cfg.default_retry_budget > 0
+
+
+async def test_job_logs_follows_by_default_and_no_follow_prints_and_exits(tmp_path: pathlib.Path) -> None:
+    mark = tmp_path / "release"
+    train = f"#!/usr/bin/env bash\necho started\nwhile [ ! -e {mark} ]; do sleep 0.2; done\necho finished\n"
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp", train)
+        job_id = json.loads((await c.sf_async("-o", "json", "submit", "exp", cwd=lab)).stdout)["job"]["job_id"]
+        await c.wait(job_id, st.JOB_STATE_RUNNING)
+        for _ in range(600):
+            if any("started" in line for line in await c.logs(job_id)):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"no 'started' line: {await c.logs(job_id)}")
+        printed = await c.sf_async("job", "logs", job_id, "--no-follow", timeout=60)
+        assert "started" in printed.stdout and "finished" not in printed.stdout
+        assert (await c.get(job_id)).state == st.JOB_STATE_RUNNING  # it returned while the job runs
+        follower = asyncio.create_task(c.sf_async("job", "logs", timeout=120))  # the latest job, followed
+        await asyncio.sleep(1.0)
+        assert not follower.done(), (await follower).stdout
+        mark.touch()
+        followed = await follower
+        assert followed.returncode == 0
+        assert followed.stdout.index("started") < followed.stdout.index("finished")
+        assert "SUCCEEDED" in followed.stderr
