@@ -32,3 +32,8 @@ def split_attempt_id(value: str) -> tuple[str, int]:
     if not job_id or not number.isdigit():
         raise ValueError(f"not an attempt id: {value!r}")
     return job_id, int(number)
+
+
+def is_job_id(value: str) -> bool:
+    """True for a string of new_job_id's form ('j' + 13 Crockford base32 characters)."""
+    return len(value) == 14 and value[0] == "j" and all(c in _ALPHABET for c in value[1:])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,25 @@ class Admitted:
 
 def _field(field: str, message: str, reason: int = er.ERROR_REASON_INVALID_ARGUMENT) -> errors.InvalidArgument:
     return errors.InvalidArgument(message, reason=reason, field_violations=(errors.FieldViolation(field, message),))
+
+
+LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+MAX_LABELS = 32
+MAX_LABEL_VALUE = 256
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """Label keys are short identifiers (so `sf job ls -l key=value` can match them exactly)."""
+    if len(labels) > MAX_LABELS:
+        raise _field("labels", f"at most {MAX_LABELS} labels per job; got {len(labels)}")
+    for key, value in labels.items():
+        if not LABEL_KEY_RE.match(key):
+            raise _field(
+                f"labels[{key!r}]",
+                f"label key {key!r} is not valid: use 1-63 of A-Z a-z 0-9 . _ / -, starting with a letter or digit",
+            )
+        if len(value) > MAX_LABEL_VALUE:
+            raise _field(f"labels[{key!r}]", f"label {key} is longer than {MAX_LABEL_VALUE} characters")
 
 
 def check_identity(spec: job_spec_pb2.JobSpec, principal: Principal) -> None:
@@ -356,6 +375,7 @@ def admit(
     check_global_batch(recipe, pools, resolved)
     if spec.retry_budget < 0:
         raise _field("retry_budget", "retry budget must not be negative")
+    check_labels(spec.labels)
     image, runtime_id = resolve_image(spec, recipe, config, cfg)
     missing = store.missing(sorted({f.sha256 for f in spec.workspace.files}))
     if missing:

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -227,10 +227,17 @@ class JobsApi:
         experiment: str,
         page_size: int,
         page_token: str,
+        labels: Mapping[str, str] | None = None,
     ) -> tuple[list[job_pb2.Job], str]:
         size = page_size or 50
         if not 1 <= size <= MAX_PAGE:
             raise errors.InvalidArgument(f"page_size must be 1-{MAX_PAGE}")
+        if page_token and not ids.is_job_id(page_token):
+            raise errors.InvalidArgument(
+                "page_token is not one a ListJobs response gave; start again without it",
+                field_violations=(errors.FieldViolation("page_token", "not a token from next_page_token"),),
+            )
+        label_patterns = _label_patterns(labels or {})
 
         def query(s: Session) -> tuple[list[job_pb2.Job], str]:
             stmt = select(m.Job)
@@ -248,6 +255,8 @@ class JobsApi:
                 stmt = stmt.where(m.Job.state.in_(list(states)))
             if experiment:
                 stmt = stmt.where(m.Job.experiment == experiment)
+            for pattern in label_patterns:
+                stmt = stmt.where(m.Job.labels.like(pattern, escape="\\"))
             if page_token:
                 stmt = stmt.where(m.Job.id < page_token)
             rows = list(s.scalars(stmt.order_by(m.Job.id.desc()).limit(size + 1)))
@@ -394,3 +403,20 @@ class JobsApi:
             return metrics.samples(s, job.id, limit or 100)
 
         return await self.ctx.db.run(read)
+
+
+def _label_patterns(labels: Mapping[str, str]) -> list[str]:
+    """LIKE patterns matching a `key: value` pair in a job's labels column (json.dumps of a dict).
+
+    Inside a JSON string every `"` is escaped, so `"key": "value"` with both sides JSON-encoded can
+    only match a real pair, never text inside another label's value."""
+    if any(not key for key in labels):
+        raise errors.InvalidArgument(
+            "a label filter needs a key (key=value)",
+            field_violations=(errors.FieldViolation("labels", "empty key"),),
+        )
+
+    def like_escape(text: str) -> str:
+        return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+    return [f"%{like_escape(json.dumps(k) + ': ' + json.dumps(v))}%" for k, v in sorted(labels.items())]

@@ -43,8 +43,26 @@ def parse_states(values: list[str]) -> list[job_state_pb2.JobState]:
     return states
 
 
+def parse_label_filters(values: list[str]) -> dict[str, str]:
+    """`-l key=value` (repeatable) → the labels every listed job must have."""
+    labels: dict[str, str] = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key:
+            raise usage(f"--label {v!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
 def list_jobs(
-    client: Client, *, all_users: bool, states: list[job_state_pb2.JobState], project: str, experiment: str, limit: int
+    client: Client,
+    *,
+    all_users: bool,
+    states: list[job_state_pb2.JobState],
+    project: str,
+    experiment: str,
+    limit: int,
+    labels: dict[str, str] | None = None,
 ) -> list[job_pb2.Job]:
     """Jobs newest first, following pages up to `limit`."""
     jobs: list[job_pb2.Job] = []
@@ -57,6 +75,7 @@ def list_jobs(
             experiment=experiment,
             page_size=min(limit - len(jobs), 1000),
             page_token=token,
+            labels=labels or {},
         )
         resp = client.call(client.control.ListJobs, req)
         jobs.extend(resp.jobs)
@@ -74,11 +93,17 @@ def ls_cmd(
     project: Annotated[str, typer.Option("--project", help='Only this project ("@alice/lab").')] = "",
     experiment: Annotated[str, typer.Option("--experiment", help="Only this experiment.")] = "",
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many jobs.", min=1)] = 50,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label", "-l", help="Only jobs with this label, KEY=VALUE (repeat: all must match).", metavar="K=V"
+        ),
+    ] = None,
     output: OutputOpt = None,
 ) -> None:
     """List your jobs, newest first: state, why queued jobs wait, age, attempts.
 
-    Example: `sf job ls --state queued --state running`
+    Examples: `sf job ls --state queued --state running`, `sf job ls -l team=rl -l sweep=lr`
     """
     st = app_state(ctx)
     out = st.output(output)
@@ -90,6 +115,7 @@ def ls_cmd(
         project=project,
         experiment=experiment,
         limit=limit,
+        labels=parse_label_filters(label or []),
     )
     if out.json:
         out.data({"jobs": [message_to_dict(j) for j in jobs]})

@@ -42,6 +42,7 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
             experiment=request.experiment,
             page_size=request.page_size,
             page_token=request.page_token,
+            labels=dict(request.labels),
         )
         return pb.ListJobsResponse(jobs=found, next_page_token=token)
 

@@ -8,6 +8,9 @@ import pathlib
 import socket
 import subprocess
 
+import grpc
+import pytest
+from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import console
@@ -155,3 +158,35 @@ async def test_job_logs_follows_by_default_and_no_follow_prints_and_exits(tmp_pa
         assert followed.returncode == 0
         assert followed.stdout.index("started") < followed.stdout.index("finished")
         assert "SUCCEEDED" in followed.stderr
+
+
+async def test_job_ls_filters_on_labels_and_refuses_bad_page_tokens(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp")
+
+        async def submit(*labels: str) -> str:
+            args = [a for label in labels for a in ("--label", label)]
+            r = await c.sf_async("-o", "json", "submit", "exp", *args, cwd=lab)
+            return str(json.loads(r.stdout)["job"]["job_id"])
+
+        rl = await submit("team=rl", "sweep=lr_1")
+        rl2 = await submit("team=rl", "sweep=lr%")
+        await submit("team=rlhf", "note=team=rl")  # neither key nor value is `team`=`rl`
+
+        async def ls(*filters: str) -> list[str]:
+            r = await c.sf_async("-o", "json", "job", "ls", *[a for f in filters for a in ("-l", f)])
+            return [j["job_id"] for j in json.loads(r.stdout)["jobs"]]
+
+        assert await ls("team=rl") == [rl2, rl]
+        assert await ls("team=rl", "sweep=lr_1") == [rl]
+        assert await ls("sweep=lr%") == [rl2]  # LIKE wildcards are matched literally
+        assert await ls("team=nobody") == []
+        bad = await c.sf_async("job", "ls", "-l", "team", check=False)
+        assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+        refused = await c.sf_async("submit", "exp", "--label", 'a"b=1', cwd=lab, check=False)
+        assert refused.returncode == 3 and "label key" in refused.stderr
+
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await c.jobs.ListJobs(ctl.ListJobsRequest(page_token="not-a-token"), metadata=c.md)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "page_token" in (err.value.details() or "")

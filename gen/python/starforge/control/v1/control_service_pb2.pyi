@@ -44,20 +44,29 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("project", "owner", "states", "experiment", "page_size", "page_token")
+    __slots__ = ("project", "owner", "states", "experiment", "page_size", "page_token", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     STATES_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     project: str
     owner: str
     states: _containers.RepeatedScalarFieldContainer[_job_state_pb2.JobState]
     experiment: str
     page_size: int
     page_token: str
-    def __init__(self, project: _Optional[str] = ..., owner: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_job_state_pb2.JobState, str]]] = ..., experiment: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, project: _Optional[str] = ..., owner: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_job_state_pb2.JobState, str]]] = ..., experiment: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

@@ -890,7 +890,16 @@ class ListJobsRequest(betterproto2.Message):
 
     page_token: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
     """
-    Token from a previous response's next_page_token.
+    Token from a previous response's next_page_token. A token that no response gave is refused with
+    INVALID_ARGUMENT (field violation `page_token`).
+    """
+
+    labels: "dict[str, str]" = betterproto2.field(
+        7, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
+    )
+    """
+    Only jobs whose labels include every one of these key/value pairs (`sf job ls -l key=value`).
+    An empty key is refused with INVALID_ARGUMENT (field violation `labels`).
     """
 
 
