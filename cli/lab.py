@@ -27,19 +27,24 @@ CONFIG = "config.yaml"
 LOCK = "recipe.lock.json"
 TRAIN_SH = "train.sh"
 CUSTOM_METHOD = "custom/custom"
-LAB_KEYS = ("project", "package")
+LAB_KEYS = ("name", "project", "package")
 PACKAGE_KEYS = ("include", "exclude")
 
 USER_RE = re.compile(r"^[a-z][a-z0-9-]{1,31}$")
 PROJECT_RE = re.compile(r"^@([a-z][a-z0-9-]{1,31})/([a-z0-9][a-z0-9._-]{0,62})$")
+LAB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 EXPERIMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True)
 class LabSettings:
-    """The content of starforge.yaml."""
+    """The content of starforge.yaml.
+
+    `name` is the lab's name; `project` is "@<user>/<name>". A file may give either or both: with only
+    `name`, the project is the submitting user's (`@<you>/<name>`, resolved at submit)."""
 
     project: str
+    name: str = ""
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
 
@@ -183,14 +188,7 @@ def load_settings(path: pathlib.Path) -> LabSettings:
     for key in data:
         if key not in LAB_KEYS:
             raise doc.error((str(key),), _unknown_key(str(key), LAB_KEYS))
-    project = data.get("project")
-    if project is None:
-        raise doc.error((), '`project` is missing; add `project: "@<user>/<name>"`')
-    if not isinstance(project, str) or not PROJECT_RE.match(project):
-        raise doc.error(
-            ("project",),
-            f'`project` must look like "@<user>/<name>" (e.g. "@alice/my-lab"), got {project!r}',
-        )
+    project, name = _project_and_name(doc, data)
     package = data.get("package")
     include: list[str] = []
     exclude: list[str] = []
@@ -202,7 +200,29 @@ def load_settings(path: pathlib.Path) -> LabSettings:
                 raise doc.error(("package", str(key)), _unknown_key(str(key), PACKAGE_KEYS, "package."))
         include = _globs(doc, package, "include")
         exclude = _globs(doc, package, "exclude")
-    return LabSettings(project=project, include=tuple(include), exclude=tuple(exclude))
+    return LabSettings(project=project, name=name, include=tuple(include), exclude=tuple(exclude))
+
+
+def _project_and_name(doc: yamlfile.YamlDoc, data: dict[str, Any]) -> tuple[str, str]:
+    """(project, name) from `project:` and/or `name:`; project is "" when only the name is given."""
+    project, name = data.get("project"), data.get("name")
+    if project is None and name is None:
+        raise doc.error((), '`name` is missing; add `name: my-lab` (or `project: "@<user>/my-lab"`)')
+    if name is not None and (not isinstance(name, str) or not LAB_NAME_RE.match(name)):
+        raise doc.error(
+            ("name",), f"`name` must be 1-63 of a-z 0-9 . _ -, starting with a letter or digit; got {name!r}"
+        )
+    if project is None:
+        return "", str(name)
+    match = PROJECT_RE.match(project) if isinstance(project, str) else None
+    if match is None:
+        raise doc.error(
+            ("project",),
+            f'`project` must look like "@<user>/<name>" (e.g. "@alice/my-lab"), got {project!r}',
+        )
+    if name is not None and name != match.group(2):
+        raise doc.error(("name",), f"`name: {name}` disagrees with `project: {project}`; keep one of them")
+    return str(project), match.group(2)
 
 
 def _globs(doc: yamlfile.YamlDoc, package: dict[str, Any], key: str) -> list[str]:

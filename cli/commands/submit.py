@@ -6,12 +6,13 @@ then the token, then packing (git, secrets), and only then the network.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Annotated, Any
 
 import typer
 from starforge.catalog.v1 import catalog_service_pb2
-from starforge.control.v1 import control_service_pb2
+from starforge.control.v1 import account_service_pb2, control_service_pb2
 from starforge.job.v1 import job_spec_pb2
 
 from cli import spec as specmod
@@ -21,6 +22,7 @@ from cli.commands.common import OutputOpt
 from cli.context import AppState, app_state
 from cli.errors import usage
 from cli.follow import exit_code_for, follow_logs, state_name
+from cli.lab import Lab
 from cli.output import Output, message_to_dict
 from cli.pack import pack_lab
 from cli.upload import upload_files
@@ -61,6 +63,15 @@ def _upgrade_lock(
     return lock
 
 
+def _with_project(lab: Lab, client: Client) -> Lab:
+    """A lab whose starforge.yaml gives only `name:` belongs to the submitting user's project."""
+    if lab.settings.project:
+        return lab
+    who = client.call(client.accounts.WhoAmI, account_service_pb2.WhoAmIRequest())
+    settings = dataclasses.replace(lab.settings, project=f"@{who.user.name}/{lab.settings.name}")
+    return dataclasses.replace(lab, settings=settings)
+
+
 def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output) -> int:
     """Run the whole submit flow; returns the exit code (non-zero only with --follow)."""
     pools, overrides = specmod.check_options(opts)
@@ -70,6 +81,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     state.require_token()  # no token: refuse before packing
     pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty)
     client = state.client()  # after packing: no gRPC threads alive while git is forked
+    lab = _with_project(lab, client)
     for warning in pack.warnings:
         out.warn(warning)
     if opts.validate:

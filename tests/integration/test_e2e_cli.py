@@ -190,3 +190,12 @@ async def test_job_ls_filters_on_labels_and_refuses_bad_page_tokens(tmp_path: pa
             await c.jobs.ListJobs(ctl.ListJobsRequest(page_token="not-a-token"), metadata=c.md)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "page_token" in (err.value.details() or "")
+
+
+async def test_a_lab_with_only_a_name_submits_to_the_users_project(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp")
+        (lab / "starforge.yaml").write_text("name: named-lab\n")
+        subprocess.run(["git", "commit", "-qam", "name only"], cwd=lab, check=True)
+        job = json.loads((await c.sf_async("-o", "json", "submit", "exp", cwd=lab)).stdout)["job"]
+        assert job["project"] == "@admin/named-lab"

@@ -81,9 +81,24 @@ def test_bad_project(tmp_path: pathlib.Path) -> None:
     assert '"@<user>/<name>"' in err.message
 
 
-def test_missing_project(tmp_path: pathlib.Path) -> None:
+def test_missing_name_and_project(tmp_path: pathlib.Path) -> None:
     err = _settings_error(tmp_path, "package: {}\n")
-    assert "`project` is missing" in err.message
+    assert "`name` is missing" in err.message
+    assert "project" in err.message
+
+
+def test_name_alone_leaves_the_project_to_the_submitter(tmp_path: pathlib.Path) -> None:
+    settings = labmod.load_settings(write(tmp_path / "starforge.yaml", "name: my-lab\n"))
+    assert (settings.name, settings.project) == ("my-lab", "")
+
+
+def test_name_and_project_must_agree(tmp_path: pathlib.Path) -> None:
+    path = write(tmp_path / "starforge.yaml", 'name: lab\nproject: "@alice/lab"\n')
+    assert labmod.load_settings(path).name == "lab"
+    err = _settings_error(tmp_path, 'name: other\nproject: "@alice/lab"\n')
+    assert ":1:" in err.message and "disagrees" in err.message
+    err = _settings_error(tmp_path, "name: Not Valid\n")
+    assert "`name` must be" in err.message
 
 
 def test_empty_file(tmp_path: pathlib.Path) -> None:
