@@ -11,7 +11,7 @@ APT_STAMP := build/.apt-installed
 WEB_DEPS := web/node_modules/.ci-installed
 APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver
 
-.PHONY: demo test setup venv system-deps gen gen-check lint capsule unit integration bench soak clean web
+.PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench soak clean web
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
@@ -61,6 +61,12 @@ capsule: venv  ## build the content-addressed runner.pex
 
 unit: venv
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit
+
+# The inner loop before a commit (under two minutes; .pre-commit-config.yaml runs the same): lint
+# (ruff, format, mypy --strict, buf lint) and the unit tests, which include the contract checks
+# (gen/ fresh, every proto element commented). No sockets, no backends.
+check: lint
+	$(BIN)/python -m pytest -p no:cacheprovider -q tests/unit
 
 bench: setup  ## benchmarks against peers (Ray, slurmrestd, MLflow), ~20 min; table in docs/benchmarks.md
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[bench]'
