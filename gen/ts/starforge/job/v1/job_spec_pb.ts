@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/job/v1/job_spec.proto.
  */
 export const file_starforge_job_v1_job_spec: GenFile = /*@__PURE__*/
-  fileDesc("Ch9zdGFyZm9yZ2Uvam9iL3YxL2pvYl9zcGVjLnByb3RvEhBzdGFyZm9yZ2Uuam9iLnYxIoYHCgdKb2JTcGVjEhMKC2FwaV92ZXJzaW9uGAEgASgJEg8KB3Byb2plY3QYAiABKAkSEgoKZXhwZXJpbWVudBgDIAEoCRIOCgZtZXRob2QYBCABKAkSMQoLcmVjaXBlX2xvY2sYBSABKAsyHC5zdGFyZm9yZ2Uuam9iLnYxLlJlY2lwZUxvY2sSLAoFcG9vbHMYBiADKAsyHS5zdGFyZm9yZ2Uuam9iLnYxLlBvb2xSZXF1ZXN0EhMKC2NvbmZpZ19qc29uGAcgASgJEi0KCW92ZXJyaWRlcxgIIAMoCzIaLnN0YXJmb3JnZS5qb2IudjEuT3ZlcnJpZGUSDQoFbW9kZWwYCSABKAkSLQoKdHJhaW5fZGF0YRgKIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuRGF0YVJlZhIyCg92YWxpZGF0aW9uX2RhdGEYCyABKAsyGS5zdGFyZm9yZ2Uuam9iLnYxLkRhdGFSZWYSDQoFaW1hZ2UYDCABKAkSNgoJd29ya3NwYWNlGA0gASgLMiMuc3RhcmZvcmdlLmpvYi52MS5Xb3Jrc3BhY2VNYW5pZmVzdBIwCgpwcm92ZW5hbmNlGA4gASgLMhwuc3RhcmZvcmdlLmpvYi52MS5Qcm92ZW5hbmNlEjYKDW9ic2VydmFiaWxpdHkYDyABKAsyHy5zdGFyZm9yZ2Uuam9iLnYxLk9ic2VydmFiaWxpdHkSEwoLdGhlbl9zdGFnZXMYECADKAkSFAoMcmV0cnlfYnVkZ2V0GBEgASgFEhAKCHByaW9yaXR5GBIgASgFEg0KBXF1ZXVlGBMgASgJEg0KBWZsZWV0GBQgASgJEi8KA2VudhgVIAMoCzIiLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYy5FbnZFbnRyeRI1CgZsYWJlbHMYFiADKAsyJS5zdGFyZm9yZ2Uuam9iLnYxLkpvYlNwZWMuTGFiZWxzRW50cnkSGQoRZnJhbWV3b3JrX3ZlcnNpb24YFyABKAkSMAoIZGF0YXNldHMYGCADKAsyHi5zdGFyZm9yZ2Uuam9iLnYxLkRhdGFzZXRNb3VudBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibAoKUmVjaXBlTG9jaxIOCgZtZXRob2QYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZkaWdlc3QYAyABKAkSGQoRZnJhbWV3b3JrX3ZlcnNpb24YBCABKAkSEgoKcnVudGltZV9pZBgFIAEoCSIsCgtQb29sUmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3Byb2ZpbGUYAiABKAkiWwoEUG9vbBIMCgRuYW1lGAEgASgJEg4KBnNlcmllcxgCIAEoCRINCgVub2RlcxgDIAEoBRIVCg1ncHVzX3Blcl9ub2RlGAQgASgFEg8KB3Byb2ZpbGUYBSABKAkiJgoIT3ZlcnJpZGUSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJIigKB0RhdGFSZWYSDAoEcGF0aBgBIAEoCRIPCgdkYXRhc2V0GAIgASgJIikKDERhdGFzZXRNb3VudBIMCgRuYW1lGAEgASgJEgsKA3JlZhgCIAEoCSJPCg1PYnNlcnZhYmlsaXR5EjEKBG1vZGUYASABKA4yIy5zdGFyZm9yZ2Uuam9iLnYxLk9ic2VydmFiaWxpdHlNb2RlEgsKA3VybBgCIAEoCSKCAgoKUHJvdmVuYW5jZRISCgpnaXRfY29tbWl0GAEgASgJEhIKCmdpdF9icmFuY2gYAiABKAkSEQoJZ2l0X2RpcnR5GAMgASgIEhcKD3VudHJhY2tlZF9maWxlcxgEIAMoCRIXCg9jb25maWdfc25hcHNob3QYBSABKAkSFQoNcmVjaXBlX2RpZ2VzdBgGIAEoCRIVCg1ydW5uZXJfZGlnZXN0GAcgASgJEhYKDmNhcHN1bGVfZGlnZXN0GAggASgJEhQKDGltYWdlX2RpZ2VzdBgJIAEoCRIWCg5jbGllbnRfdmVyc2lvbhgKIAEoCRITCgtjbGllbnRfaG9zdBgLIAEoCSp5ChFPYnNlcnZhYmlsaXR5TW9kZRIiCh5PQlNFUlZBQklMSVRZX01PREVfVU5TUEVDSUZJRUQQABIfChtPQlNFUlZBQklMSVRZX01PREVfUExBVEZPUk0QARIfChtPQlNFUlZBQklMSVRZX01PREVfRVhURVJOQUwQAmIGcHJvdG8z", [file_starforge_job_v1_workspace]);
+  fileDesc("Ch9zdGFyZm9yZ2Uvam9iL3YxL2pvYl9zcGVjLnByb3RvEhBzdGFyZm9yZ2Uuam9iLnYxIrQHCgdKb2JTcGVjEhMKC2FwaV92ZXJzaW9uGAEgASgJEg8KB3Byb2plY3QYAiABKAkSEgoKZXhwZXJpbWVudBgDIAEoCRIOCgZtZXRob2QYBCABKAkSMQoLcmVjaXBlX2xvY2sYBSABKAsyHC5zdGFyZm9yZ2Uuam9iLnYxLlJlY2lwZUxvY2sSLAoFcG9vbHMYBiADKAsyHS5zdGFyZm9yZ2Uuam9iLnYxLlBvb2xSZXF1ZXN0EhMKC2NvbmZpZ19qc29uGAcgASgJEi0KCW92ZXJyaWRlcxgIIAMoCzIaLnN0YXJmb3JnZS5qb2IudjEuT3ZlcnJpZGUSDQoFbW9kZWwYCSABKAkSLQoKdHJhaW5fZGF0YRgKIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuRGF0YVJlZhIyCg92YWxpZGF0aW9uX2RhdGEYCyABKAsyGS5zdGFyZm9yZ2Uuam9iLnYxLkRhdGFSZWYSDQoFaW1hZ2UYDCABKAkSNgoJd29ya3NwYWNlGA0gASgLMiMuc3RhcmZvcmdlLmpvYi52MS5Xb3Jrc3BhY2VNYW5pZmVzdBIwCgpwcm92ZW5hbmNlGA4gASgLMhwuc3RhcmZvcmdlLmpvYi52MS5Qcm92ZW5hbmNlEjYKDW9ic2VydmFiaWxpdHkYDyABKAsyHy5zdGFyZm9yZ2Uuam9iLnYxLk9ic2VydmFiaWxpdHkSEwoLdGhlbl9zdGFnZXMYECADKAkSFAoMcmV0cnlfYnVkZ2V0GBEgASgFEhAKCHByaW9yaXR5GBIgASgFEg0KBXF1ZXVlGBMgASgJEg0KBWZsZWV0GBQgASgJEi8KA2VudhgVIAMoCzIiLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYy5FbnZFbnRyeRI1CgZsYWJlbHMYFiADKAsyJS5zdGFyZm9yZ2Uuam9iLnYxLkpvYlNwZWMuTGFiZWxzRW50cnkSGQoRZnJhbWV3b3JrX3ZlcnNpb24YFyABKAkSMAoIZGF0YXNldHMYGCADKAsyHi5zdGFyZm9yZ2Uuam9iLnYxLkRhdGFzZXRNb3VudBIsCgdzZWNyZXRzGBkgAygLMhsuc3RhcmZvcmdlLmpvYi52MS5TZWNyZXRSZWYaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIiYKCVNlY3JldFJlZhIMCgRuYW1lGAEgASgJEgsKA2VudhgCIAEoCSJsCgpSZWNpcGVMb2NrEg4KBm1ldGhvZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEg4KBmRpZ2VzdBgDIAEoCRIZChFmcmFtZXdvcmtfdmVyc2lvbhgEIAEoCRISCgpydW50aW1lX2lkGAUgASgJIiwKC1Bvb2xSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHcHJvZmlsZRgCIAEoCSJbCgRQb29sEgwKBG5hbWUYASABKAkSDgoGc2VyaWVzGAIgASgJEg0KBW5vZGVzGAMgASgFEhUKDWdwdXNfcGVyX25vZGUYBCABKAUSDwoHcHJvZmlsZRgFIAEoCSImCghPdmVycmlkZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkiKAoHRGF0YVJlZhIMCgRwYXRoGAEgASgJEg8KB2RhdGFzZXQYAiABKAkiKQoMRGF0YXNldE1vdW50EgwKBG5hbWUYASABKAkSCwoDcmVmGAIgASgJIk8KDU9ic2VydmFiaWxpdHkSMQoEbW9kZRgBIAEoDjIjLnN0YXJmb3JnZS5qb2IudjEuT2JzZXJ2YWJpbGl0eU1vZGUSCwoDdXJsGAIgASgJIoICCgpQcm92ZW5hbmNlEhIKCmdpdF9jb21taXQYASABKAkSEgoKZ2l0X2JyYW5jaBgCIAEoCRIRCglnaXRfZGlydHkYAyABKAgSFwoPdW50cmFja2VkX2ZpbGVzGAQgAygJEhcKD2NvbmZpZ19zbmFwc2hvdBgFIAEoCRIVCg1yZWNpcGVfZGlnZXN0GAYgASgJEhUKDXJ1bm5lcl9kaWdlc3QYByABKAkSFgoOY2Fwc3VsZV9kaWdlc3QYCCABKAkSFAoMaW1hZ2VfZGlnZXN0GAkgASgJEhYKDmNsaWVudF92ZXJzaW9uGAogASgJEhMKC2NsaWVudF9ob3N0GAsgASgJKnkKEU9ic2VydmFiaWxpdHlNb2RlEiIKHk9CU0VSVkFCSUxJVFlfTU9ERV9VTlNQRUNJRklFRBAAEh8KG09CU0VSVkFCSUxJVFlfTU9ERV9QTEFURk9STRABEh8KG09CU0VSVkFCSUxJVFlfTU9ERV9FWFRFUk5BTBACYgZwcm90bzM", [file_starforge_job_v1_workspace]);
 
 /**
  * JobSpec (api_version "forge/v2") is what `sf submit` builds from a lab, an experiment and the
@@ -194,6 +194,15 @@ export type JobSpec = Message<"starforge.job.v1.JobSpec"> & {
    * @generated from field: repeated starforge.job.v1.DatasetMount datasets = 24;
    */
   datasets: DatasetMount[];
+
+  /**
+   * Secrets the job gets as environment variables (`secrets:` of config.yaml, `--secret`). Names
+   * only: admission refuses a name the owner or the project does not have (FAILED_PRECONDITION,
+   * ERROR_REASON_UNKNOWN_SECRET); values are looked up at each launch and never stored with the job.
+   *
+   * @generated from field: repeated starforge.job.v1.SecretRef secrets = 25;
+   */
+  secrets: SecretRef[];
 };
 
 /**
@@ -202,6 +211,35 @@ export type JobSpec = Message<"starforge.job.v1.JobSpec"> & {
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
   messageDesc(file_starforge_job_v1_job_spec, 0);
+
+/**
+ * SecretRef names a secret (SecretService) and the environment variable it becomes.
+ *
+ * @generated from message starforge.job.v1.SecretRef
+ */
+export type SecretRef = Message<"starforge.job.v1.SecretRef"> & {
+  /**
+   * Secret name, [A-Za-z_][A-Za-z0-9_]{0,127}. A project secret of that name wins over the
+   * owner's own.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Environment variable of the training process; empty means `name`. FORGE_* is refused.
+   *
+   * @generated from field: string env = 2;
+   */
+  env: string;
+};
+
+/**
+ * Describes the message starforge.job.v1.SecretRef.
+ * Use `create(SecretRefSchema)` to create a new message.
+ */
+export const SecretRefSchema: GenMessage<SecretRef> = /*@__PURE__*/
+  messageDesc(file_starforge_job_v1_job_spec, 1);
 
 /**
  * RecipeLock pins the method version an experiment was written against (recipe.lock.json).
@@ -250,7 +288,7 @@ export type RecipeLock = Message<"starforge.job.v1.RecipeLock"> & {
  * Use `create(RecipeLockSchema)` to create a new message.
  */
 export const RecipeLockSchema: GenMessage<RecipeLock> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 1);
+  messageDesc(file_starforge_job_v1_job_spec, 2);
 
 /**
  * PoolRequest is one `--profile` argument.
@@ -278,7 +316,7 @@ export type PoolRequest = Message<"starforge.job.v1.PoolRequest"> & {
  * Use `create(PoolRequestSchema)` to create a new message.
  */
 export const PoolRequestSchema: GenMessage<PoolRequest> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 2);
+  messageDesc(file_starforge_job_v1_job_spec, 3);
 
 /**
  * Pool is a resolved PoolRequest: a gang of identical nodes.
@@ -327,7 +365,7 @@ export type Pool = Message<"starforge.job.v1.Pool"> & {
  * Use `create(PoolSchema)` to create a new message.
  */
 export const PoolSchema: GenMessage<Pool> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 3);
+  messageDesc(file_starforge_job_v1_job_spec, 4);
 
 /**
  * Override is one `-s key=value`.
@@ -355,7 +393,7 @@ export type Override = Message<"starforge.job.v1.Override"> & {
  * Use `create(OverrideSchema)` to create a new message.
  */
 export const OverrideSchema: GenMessage<Override> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 4);
+  messageDesc(file_starforge_job_v1_job_spec, 5);
 
 /**
  * DataRef names data for the job: a path inside the workspace, inside a dataset, or a URI.
@@ -383,7 +421,7 @@ export type DataRef = Message<"starforge.job.v1.DataRef"> & {
  * Use `create(DataRefSchema)` to create a new message.
  */
 export const DataRefSchema: GenMessage<DataRef> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 5);
+  messageDesc(file_starforge_job_v1_job_spec, 6);
 
 /**
  * DatasetMount makes a platform dataset available to the job.
@@ -411,7 +449,7 @@ export type DatasetMount = Message<"starforge.job.v1.DatasetMount"> & {
  * Use `create(DatasetMountSchema)` to create a new message.
  */
 export const DatasetMountSchema: GenMessage<DatasetMount> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 6);
+  messageDesc(file_starforge_job_v1_job_spec, 7);
 
 /**
  * Observability of the job.
@@ -439,7 +477,7 @@ export type Observability = Message<"starforge.job.v1.Observability"> & {
  * Use `create(ObservabilitySchema)` to create a new message.
  */
 export const ObservabilitySchema: GenMessage<Observability> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 7);
+  messageDesc(file_starforge_job_v1_job_spec, 8);
 
 /**
  * Provenance records where a submission came from; shown by `sf job status`.
@@ -530,7 +568,7 @@ export type Provenance = Message<"starforge.job.v1.Provenance"> & {
  * Use `create(ProvenanceSchema)` to create a new message.
  */
 export const ProvenanceSchema: GenMessage<Provenance> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 8);
+  messageDesc(file_starforge_job_v1_job_spec, 9);
 
 /**
  * ObservabilityMode chooses how the training code's telemetry reaches users.
