@@ -379,6 +379,16 @@ def resolve_secret_env(s: Session, job: m.Job, keyring: Keyring) -> dict[str, st
     return out
 
 
+# Names (never values) of the variables holding secrets: the capsule's runner masks their values
+# in what it echoes and journals (capsule/runner/masking.py).
+MASKED_NAMES_VAR = "FORGE_SECRET_ENV"
+
+
+def name_secret_env(launch: lr.LaunchRequest, values: dict[str, str]) -> None:
+    if values:
+        launch.env[MASKED_NAMES_VAR] = ",".join(sorted(values))
+
+
 def without_secret_env(launch: lr.LaunchRequest) -> bytes:
     """The LaunchRequest as stored with the attempt: everything but the secret values."""
     stored = lr.LaunchRequest()

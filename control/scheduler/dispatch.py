@@ -248,14 +248,17 @@ class Scheduler:
     def _with_secrets(self, s: Session, job: m.Job, attempt: m.Attempt, launch: lr.LaunchRequest) -> bytes | None:
         """Store the LaunchRequest without secret values; return it with them for the executor
         (None when a secret it names is gone: the attempt fails as a precheck)."""
-        attempt.launch = secrets.without_secret_env(launch)
         try:
-            launch.secret_env.update(secrets.resolve_secret_env(s, job, self.ctx.keyring))
+            values = secrets.resolve_secret_env(s, job, self.ctx.keyring)
         except errors.StarforgeError as e:
+            attempt.launch = launch.SerializeToString()
             outcomes.finish_attempt(
                 s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=e.message
             )
             return None
+        secrets.name_secret_env(launch, values)
+        attempt.launch = secrets.without_secret_env(launch)
+        launch.secret_env.update(values)
         return launch.SerializeToString()
 
     def decide(self, s: Session, now: float) -> tuple[placement.Decision, bool]:

@@ -139,7 +139,8 @@ class Reconciler:
             if attempt.state not in sm.ACTIVE:
                 return attempt.job_id
             job = jobs.get_job(s, attempt.job_id, for_update=True)
-            tail = list(o.log_tail)
+            mask = self.ctx.masks.for_attempt(s, attempt)  # the executor's tail is the job's output
+            tail = [mask(line) for line in o.log_tail]
             if tail:
                 ingest.system_lines(s, attempt, tail)
             if lost:
