@@ -80,6 +80,7 @@ def _scope_text(secret: pb.Secret) -> str:
 def set_cmd(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Secret name, e.g. WANDB_API_KEY (also the default variable).")],
+    stray: Annotated[list[str] | None, typer.Argument(hidden=True, show_default=False)] = None,
     from_file: Annotated[
         pathlib.Path | None, typer.Option("--from-file", help="Read the value from FILE instead of stdin.")
     ] = None,
@@ -90,6 +91,12 @@ def set_cmd(
 
     Example: `sf secret set HF < ~/.cache/huggingface/token`, `sf secret set WANDB_API_KEY --project .`
     """
+    if stray:  # a value typed on the command line: refuse without echoing it back
+        raise usage(
+            "sf secret set takes the value on stdin or from --from-file, never as an argument "
+            "(shell history and `ps` would keep it)",
+            hint="`sf secret set NAME < file`, or run `sf secret set NAME` and type it at the prompt",
+        )
     state = app_state(ctx)
     out = state.output(output)
     scope = _project(state, project)
