@@ -39,7 +39,7 @@ def _job_naming(db: Database, *refs: job_spec_pb2.SecretRef) -> str:
         spec = f.spec(project="@alice/lab")
         spec.secrets.extend(refs)
         j.spec = spec.SerializeToString()
-        return j.id
+        return str(j.id)
 
     return db.run_sync(make)
 
