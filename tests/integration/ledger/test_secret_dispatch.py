@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pathlib
 
+from sqlalchemy.orm import Session
 from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
@@ -33,13 +34,13 @@ def _scheduler(db: Database, tmp: pathlib.Path) -> Scheduler:
 
 
 def _job_naming(db: Database, *refs: job_spec_pb2.SecretRef) -> str:
-    def make(s):  # type: ignore[no-untyped-def]
+    def make(s: Session) -> str:
         f.user(s, "alice")
         j = f.job(s, owner="alice", series="h200", gpus=8, fleets=("gpu",))
         spec = f.spec(project="@alice/lab")
         spec.secrets.extend(refs)
         j.spec = spec.SerializeToString()
-        return str(j.id)
+        return j.id
 
     return db.run_sync(make)
 
