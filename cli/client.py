@@ -20,6 +20,7 @@ from starforge.control.v1 import (
     control_service_pb2_grpc,
     dataset_service_pb2_grpc,
     fleet_service_pb2_grpc,
+    secret_service_pb2_grpc,
 )
 
 from cli.errors import CliError, from_rpc
@@ -62,6 +63,7 @@ class Client:
         self.catalog = catalog_service_pb2_grpc.CatalogServiceStub(self.channel)
         self.datasets = dataset_service_pb2_grpc.DatasetServiceStub(self.channel)
         self.fleets = fleet_service_pb2_grpc.FleetServiceStub(self.channel)
+        self.secrets = secret_service_pb2_grpc.SecretServiceStub(self.channel)
 
     @property
     def connected(self) -> bool:

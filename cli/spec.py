@@ -28,6 +28,7 @@ RESERVED_CONFIG_KEYS = ("image", "observability")  # platform settings kept in c
 _KEY_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _SERIES = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _DATASET_REF = re.compile(r"^[a-z][a-z0-9-]{1,31}/[a-z0-9][a-z0-9._-]*(@[A-Za-z0-9._-]+)?$")
 _OBSERVABILITY = {
     "platform": job_spec_pb2.OBSERVABILITY_MODE_PLATFORM,
@@ -109,6 +110,39 @@ def parse_dataset_ref(text: str, flag: str) -> str:
     return text
 
 
+def parse_secret_ref(text: str, where: str = "--secret") -> job_spec_pb2.SecretRef:
+    """`NAME` or `NAME=ENV_VAR`: the secret NAME as environment variable ENV_VAR (default NAME)."""
+    name, _, env = text.partition("=")
+    name, env = name.strip(), env.strip()
+    if not _SECRET_NAME.match(name) or (env and not _SECRET_NAME.match(env)):
+        raise usage(
+            f"{where} {text!r}: expected NAME or NAME=ENV_VAR (letters, digits and '_'), e.g. --secret HF=HF_TOKEN"
+        )
+    return job_spec_pb2.SecretRef(name=name, env=env if env != name else "")
+
+
+def _config_secret(item: Any) -> job_spec_pb2.SecretRef:
+    """One entry of config.yaml `secrets:`: "NAME", "NAME=ENV" or {name: NAME, env: ENV}."""
+    if isinstance(item, str):
+        return parse_secret_ref(item, "config.yaml secrets:")
+    if isinstance(item, dict) and isinstance(item.get("name"), str) and set(item) <= {"name", "env"}:
+        env = item.get("env") or ""
+        return parse_secret_ref(f"{item['name']}={env}" if env else item["name"], "config.yaml secrets:")
+    raise usage(f"config.yaml secrets: {item!r}: expected NAME, or {{name: NAME, env: ENV_VAR}}")
+
+
+def secret_refs(config: dict[str, Any], flags: Sequence[str]) -> list[job_spec_pb2.SecretRef]:
+    """config.yaml `secrets:` then `--secret` flags; a flag naming the same secret replaces its entry."""
+    listed = config.get("secrets") or []
+    if not isinstance(listed, list):
+        raise usage("config.yaml secrets: expected a list, e.g. secrets: [WANDB_API_KEY, {name: HF, env: HF_TOKEN}]")
+    refs = {ref.name: ref for ref in map(_config_secret, listed)}
+    for text in flags:
+        ref = parse_secret_ref(text)
+        refs[ref.name] = ref
+    return list(refs.values())
+
+
 def config_to_json(data: dict[str, Any], where: str) -> str:
     """config.yaml data as a JSON object; YAML-only values (dates, .nan) are refused."""
 
@@ -149,6 +183,7 @@ class SubmitOptions:
     follow: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -172,6 +207,8 @@ def check_options(opts: SubmitOptions) -> tuple[list[job_spec_pb2.PoolRequest], 
             raise usage(f"--priority {opts.priority}: must be between -100 and 100")
         if opts.train_dataset:
             parse_dataset_ref(opts.train_dataset, "--train-dataset")
+        for text in opts.secrets:
+            parse_secret_ref(text)
         for stage in opts.then:
             if not _POOL_NAME.match(stage):
                 raise usage(f"--then {stage!r}: expected a stage name such as export or eval")
@@ -195,6 +232,7 @@ def read_experiment(lab: Lab, opts: SubmitOptions) -> ExperimentFiles:
         image = config.get("image")
         if image is not None and not isinstance(image, str):
             raise doc.error(("image",), "`image` must be an image reference string")
+        secret_refs(config, opts.secrets)
     return ExperimentFiles(experiment=exp, config=config, config_text=doc.text, lock=lock)
 
 
@@ -253,6 +291,7 @@ def build_spec(
         framework_version=opts.framework_version,
         labels=opts.labels,
         env=opts.env,
+        secrets=secret_refs(files.config, opts.secrets),
     )
     if opts.train_data or opts.train_dataset:
         spec.train_data.CopyFrom(train_data)

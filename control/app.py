@@ -31,6 +31,8 @@ from starforge.control.v1 import (
     dataset_service_pb2_grpc,
     fleet_service_pb2,
     fleet_service_pb2_grpc,
+    secret_service_pb2,
+    secret_service_pb2_grpc,
 )
 from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.forgelet.v1 import node_registry_service_pb2, node_registry_service_pb2_grpc
@@ -39,6 +41,7 @@ from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from common.config import ConfigError
 from common.server import create_server, service
 from control import assembly, auth, capsule_assets, metrics
+from control import secrets as secret_store
 from control.blobstore import BlobStore
 from control.config import ControlConfig
 from control.context import Context
@@ -59,6 +62,7 @@ from control.services.dataset_service import DatasetServicer
 from control.services.fleet_service import FleetServicer
 from control.services.ingest_service import IngestServicer
 from control.services.node_registry_service import NodeRegistryServicer
+from control.services.secret_service import SecretServicer
 from recipes.catalog import load_catalog
 
 log = logging.getLogger("starforge.control")
@@ -187,11 +191,25 @@ class RunBlobs:
         return digest in digests
 
 
+def open_secrets(cfg: ControlConfig, db: Database) -> secret_store.Keyring:
+    """The secrets keyring; refuses to start (ConfigError) when stored secrets cannot be opened."""
+    keyring = secret_store.keyring_from_files(cfg.secrets_key_file, cfg.secrets_old_key_files)
+    resealed = db.run_sync(lambda s: secret_store.check_at_start(s, keyring))
+    if resealed:
+        log.info("re-sealed %d secret(s) with the current secrets key", resealed)
+    return keyring
+
+
 async def start_control(cfg: ControlConfig) -> ControlApp:
     state_dir = cfg.resolved_state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     db = Database(cfg.resolved_database_url)
     await asyncio.to_thread(migrate.upgrade, db.engine)
+    try:
+        keyring = await asyncio.to_thread(open_secrets, cfg, db)
+    except ConfigError:
+        db.close()
+        raise
     if cfg.bootstrap_admin:
         bootstrap_admin(db, cfg.bootstrap_admin, state_dir)
     store = BlobStore(cfg.resolved_blob_dir)
@@ -211,6 +229,8 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         verifier=verifier,
         replica_id=secrets.token_hex(6),
         public_address="",
+        keyring=keyring,
+        masks=secret_store.MaskCache(keyring),
     )
     run_blobs = RunBlobs(db)
     services = [
@@ -248,6 +268,11 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             DatasetServicer(ctx),
             dataset_service_pb2_grpc.add_DatasetServiceServicer_to_server,
             dataset_service_pb2.DESCRIPTOR.services_by_name["DatasetService"],
+        ),
+        service(
+            SecretServicer(ctx),
+            secret_service_pb2_grpc.add_SecretServiceServicer_to_server,
+            secret_service_pb2.DESCRIPTOR.services_by_name["SecretService"],
         ),
         service(
             NodeRegistryServicer(ctx),

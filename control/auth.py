@@ -176,6 +176,7 @@ POLICY: list[tuple[str, frozenset[str]]] = [
     ("/starforge.ingest.v1.IngestService/", frozenset({"run"})),
     ("/starforge.control.v1.BlobService/ReadBlob", frozenset({"pat", "run"})),
     ("/starforge.forgelet.v1.NodeRegistryService/", frozenset({"node", "pat"})),
+    ("/starforge.control.v1.SecretService/", frozenset({"pat"})),  # never a job's run token
     ("/starforge.", frozenset({"pat"})),
 ]
 

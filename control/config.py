@@ -122,6 +122,11 @@ class ControlConfig:
     hf_precheck: bool = True
     hf_endpoint: str = "https://huggingface.co"
     hf_token: str = ""
+    # The key secrets are sealed with (32 random bytes, mode 0600; every replica reads the same
+    # file). Empty: the console keeps no secrets. `sf up` creates <state_dir>/secrets.key.
+    secrets_key_file: pathlib.Path | None = None
+    # Previous keys, to rotate: rows sealed with one are re-sealed with secrets_key_file at start.
+    secrets_old_key_files: list[pathlib.Path] = field(default_factory=list)
     log_level: str = "info"
 
     @property

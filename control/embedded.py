@@ -7,6 +7,7 @@ Everything lives under one state directory:
     ledger.db, blobs/   the ledger (SQLite, WAL) and the blob store
     executor/           attempts, blob cache and FORGE_OUT_DIR of every job
     admin-token         the first admin's personal access token (0600)
+    secrets.key         the key user and project secrets are sealed with (0600; keep it with ledger.db)
     console.log, executor.log
 
 The executor runs as its own process (as in a deployment) and is stopped by its PID when the
@@ -35,6 +36,7 @@ from common.config import ConfigError, load_config
 from common.server import serve_until_signal
 from control.app import start_control
 from control.config import ControlConfig, FleetConfig, InventoryConfig
+from control.secrets import create_key_file
 
 log = logging.getLogger("starforge.embedded")
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -170,8 +172,12 @@ def console_config(state_dir: pathlib.Path, listen: str, executor_address: str, 
     path = state_dir / "console.yaml"
     _write_default(path, CONSOLE_DEFAULTS)
     cfg = load_config(ControlConfig, path, {})
+    key_file = cfg.secrets_key_file or state_dir / "secrets.key"
+    if create_key_file(key_file.expanduser()):
+        log.info("created the secrets key %s", key_file)
     cfg = dataclasses.replace(
         cfg,
+        secrets_key_file=key_file,
         listen=listen,
         state_dir=state_dir,
         ui_listen=ui_listen if (cfg.ui_dir / "index.html").exists() else "",

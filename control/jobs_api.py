@@ -16,7 +16,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission, datasets, hf
+from control import admission, datasets, hf, secrets
 from control import metrics as prom
 from control.auth import Principal
 from control.context import Context
@@ -114,6 +114,7 @@ class JobsApi:
                 self.ctx.executors,
                 self.hub,
             )
+            await self.ctx.db.run(lambda s: secrets.check_refs(s, spec, principal.user))
         except errors.StarforgeError as e:
             prom.SUBMISSIONS.labels("refused", e.reason_name).inc()
             raise

@@ -19,7 +19,7 @@ from common import errors
 from recipes.catalog import ParameterDecl, RecipeDecl
 
 # Top-level config.yaml keys that belong to the platform, not to the method.
-PLATFORM_KEYS = frozenset({"image", "observability", "data", "model", "env", "description", "resources"})
+PLATFORM_KEYS = frozenset({"image", "observability", "data", "model", "env", "description", "resources", "secrets"})
 TRUE = {"true", "yes", "1", "on"}
 FALSE = {"false", "no", "0", "off"}
 

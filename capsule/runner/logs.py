@@ -1,5 +1,8 @@
 """Forwarding the training command's stdout/stderr: echo locally, journal as LogChunk records.
 
+With a secret mask (masking.py) lines are masked before both; the echo is then written a line at
+a time (a partial line waits for its newline), since a value may straddle two reads.
+
 Lines are coalesced for up to ~50 ms (or 500 lines) into one record, so chatty training code costs
 a few records per second rather than one per line, and a quiet one still shows up promptly.
 """
@@ -28,8 +31,10 @@ class LogForwarder:
         stream: job.LogStream,
         echo: BinaryIO | None,
         observe: Callable[[list[str]], None] | None = None,
+        mask: Callable[[str], str] | None = None,
     ) -> None:
         self._reporter = reporter
+        self._mask = mask
         self._observe = observe
         self._stream = stream
         self._echo = echo
@@ -44,7 +49,8 @@ class LogForwarder:
                 data = await reader.read(READ_BYTES)
                 if not data:
                     break
-                self._write_echo(data)
+                if self._mask is None:
+                    self._write_echo(data)
                 self._add(self._splitter.feed(data))
         finally:
             self._add(self._splitter.finish())
@@ -60,6 +66,9 @@ class LogForwarder:
             self._echo = None  # our own stdout is gone; keep forwarding to the console
 
     def _add(self, lines: list[str]) -> None:
+        if self._mask is not None and lines:
+            lines = [self._mask(line) for line in lines]
+            self._write_echo("".join(f"{line}\n" for line in lines).encode())
         if self._observe is not None and lines:
             self._observe(lines)
         for chunk in self._buffer.add(lines):

@@ -32,6 +32,7 @@ from .ingest import IngestSender
 from .journal import Journal, JournalError
 from .logmetrics import LogMetrics
 from .logs import LogForwarder
+from .masking import secret_mask
 from .process import TrainingProcess, exit_status
 from .reporter import FailureClass, LogStream, Phase, Reporter
 from .settings import RunnerSettings
@@ -179,8 +180,9 @@ class Runner:
                 details={"command": shlex.join(command.argv), "pid": str(proc.pid), "cwd": str(command.cwd)},
             )
             parsed = LogMetrics(command.metrics, reporter).observe if command.metrics is not None else None
-            out = LogForwarder(reporter, LogStream.STDOUT, _binary(sys.stdout), parsed)
-            err = LogForwarder(reporter, LogStream.STDERR, _binary(sys.stderr), _both(hints.observe, parsed))
+            mask = secret_mask(self._environ)
+            out = LogForwarder(reporter, LogStream.STDOUT, _binary(sys.stdout), parsed, mask)
+            err = LogForwarder(reporter, LogStream.STDERR, _binary(sys.stderr), _both(hints.observe, parsed), mask)
             pumps: list[asyncio.Future[None]] = [
                 asyncio.ensure_future(out.pump(proc.stdout)),
                 asyncio.ensure_future(err.pump(proc.stderr)),

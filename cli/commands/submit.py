@@ -196,6 +196,14 @@ def register(app: typer.Typer) -> None:
         env: Annotated[
             list[str] | None, typer.Option("--env", help="Environment KEY=VALUE for training (never secrets).")
         ] = None,
+        secret: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--secret",
+                help="Give the job secret NAME (see `sf secret`) as $NAME, or as $ENV_VAR (repeat).",
+                metavar="NAME[=ENV_VAR]",
+            ),
+        ] = None,
         allow_dirty: Annotated[
             bool, typer.Option("--allow-dirty", help="Submit with uncommitted changes (recorded as dirty).")
         ] = False,
@@ -241,6 +249,7 @@ def register(app: typer.Typer) -> None:
             follow=follow,
             labels=_parse_pairs(label or [], "--label"),
             env=_parse_pairs(env or [], "--env"),
+            secrets=secret or [],
         )
         code = submit_experiment(state, opts, out)
         if code:

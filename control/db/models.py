@@ -249,3 +249,23 @@ class Counter(Base):
     __tablename__ = "counters"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Secret(Base):
+    """A user's or project's secret, sealed with the console's key (control/secrets.py).
+
+    `holder` is the user (scope "user") or "@<user>/<name>" (scope "project"); `owner` is the user
+    either way. `ciphertext` is nonce + AES-GCM output with (scope, holder, name) as associated
+    data; `key_id` names the key that sealed it (a hash, never the key).
+    """
+
+    __tablename__ = "secrets"
+    scope: Mapped[str] = mapped_column(String(8), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    key_id: Mapped[str] = mapped_column(String(16))
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(64))

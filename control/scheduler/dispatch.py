@@ -24,7 +24,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import assembly, auth, datasets, metrics, windows
+from control import assembly, auth, datasets, metrics, secrets, windows
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
@@ -231,11 +231,11 @@ class Scheduler:
             public_address=self.ctx.public_address,
             public_http_url=self.ctx.public_http_url,
             stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
-            secret_env={"HF_TOKEN": self.ctx.cfg.hf_token} if self.ctx.cfg.hf_token else None,
             datasets=datasets.resolved(s, spec),
         )
-        data = launch.SerializeToString()
-        attempt.launch = data
+        data = self._with_secrets(s, job, attempt, launch)
+        if data is None:
+            return None
         attempt.capsule_digest = launch.capsule.capsule_digest
         if number == 1:
             prov = job_spec_pb2.Provenance()
@@ -244,6 +244,22 @@ class Scheduler:
             prov.capsule_digest = launch.capsule.capsule_digest
             job.provenance = prov.SerializeToString()
         return Claimed(attempt.id, job.id, fleet, data)
+
+    def _with_secrets(self, s: Session, job: m.Job, attempt: m.Attempt, launch: lr.LaunchRequest) -> bytes | None:
+        """Store the LaunchRequest without secret values; return it with them for the executor
+        (None when a secret it names is gone: the attempt fails as a precheck)."""
+        try:
+            values = secrets.resolve_secret_env(s, job, self.ctx.keyring)
+        except errors.StarforgeError as e:
+            attempt.launch = launch.SerializeToString()
+            outcomes.finish_attempt(
+                s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=e.message
+            )
+            return None
+        secrets.name_secret_env(launch, values)
+        attempt.launch = secrets.without_secret_env(launch)
+        launch.secret_env.update(values)
+        return launch.SerializeToString()
 
     def decide(self, s: Session, now: float) -> tuple[placement.Decision, bool]:
         """This cycle's placement decision, and whether it was a full pass (see PER_OWNER)."""

@@ -26,7 +26,7 @@ from starforge.forgelet.v1 import node_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
-from control import nodes
+from control import nodes, secrets
 from control.context import Context
 from control.db import models as m
 from control.ledger import jobs, outcomes, platform
@@ -139,7 +139,8 @@ class Reconciler:
             if attempt.state not in sm.ACTIVE:
                 return attempt.job_id
             job = jobs.get_job(s, attempt.job_id, for_update=True)
-            tail = list(o.log_tail)
+            mask = self.ctx.masks.for_attempt(s, attempt)  # the executor's tail is the job's output
+            tail = [mask(line) for line in o.log_tail]
             if tail:
                 ingest.system_lines(s, attempt, tail)
             if lost:
@@ -168,17 +169,31 @@ class Reconciler:
         job_id = await self.ctx.db.run(end)
         self.ctx.notifier.notify(job_id, "schedule")
 
+    def _launch_with_secrets(self, s: Session, attempt: m.Attempt) -> bytes | None:
+        """The stored LaunchRequest with its secrets resolved again (they are never stored); None
+        when a secret it names is gone, and the attempt fails as a precheck."""
+        job = jobs.get_job(s, attempt.job_id, for_update=True)
+        try:
+            return secrets.with_secret_env(s, job, attempt.launch, self.ctx.keyring)
+        except errors.StarforgeError as e:
+            outcomes.finish_attempt(
+                s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=e.message
+            )
+            return None
+
     async def _relaunch(self, fleet: str, attempt_id: str, now: float) -> None:
-        def lease(s: Session) -> tuple[str, bytes] | None:
+        def lease(s: Session) -> tuple[str, bytes | None] | None:
             if not take_lease(s, attempt_id, self.ctx.replica_id, now):
                 return None
             a = jobs.get_attempt(s, attempt_id)
-            return a.job_id, a.launch
+            return a.job_id, self._launch_with_secrets(s, a)
 
         got = await self.ctx.db.run(lease)
-        if got is not None:
+        if got is not None and got[1] is not None:
             log.info("re-sending launch of %s to fleet %s", attempt_id, fleet)
             await self.scheduler.launch(attempt_id, got[0], fleet, got[1])
+        elif got is not None:
+            self.ctx.notifier.notify(got[0], "schedule")
 
     async def _platform_stops(self) -> None:
         """Windows and drains: stop or pause what runs on closed fleets, requeue what may run again."""

@@ -71,6 +71,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                     attempt_id=st.attempt_id,
                     records=list(batch.records),
                     scope_job_id=principal.job_id,
+                    masks=self.ctx.masks.for_attempt,
                 )
             )
             st.job_id, st.acked = applied.job_id, applied.acked_seq

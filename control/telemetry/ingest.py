@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -102,13 +102,49 @@ def _lifecycle(s: Session, job: m.Job, attempt: m.Attempt, ev: lc.LifecycleEvent
     return []
 
 
-def apply_records(s: Session, attempt_id: str, records: Sequence[pb.Record], *, scope_job_id: str | None) -> Applied:
-    """Store `records` of one attempt in order, skipping those already stored."""
+def _masked_samples(samples: Sequence[telemetry_pb2.Sample], mask: Callable[[str], str]) -> list[telemetry_pb2.Sample]:
+    out = []
+    for sample in samples:
+        copy = telemetry_pb2.Sample()
+        copy.CopyFrom(sample)
+        copy.prompt, copy.completion = mask(sample.prompt), mask(sample.completion)
+        out.append(copy)
+    return out
+
+
+def _masked_event(ev: lc.LifecycleEvent, mask: Callable[[str], str]) -> lc.LifecycleEvent:
+    if not ev.message:
+        return ev
+    copy = lc.LifecycleEvent()
+    copy.CopyFrom(ev)
+    copy.message = mask(ev.message)
+    return copy
+
+
+# The masker of an attempt's log lines (its job's secret values -> ***), see control.secrets.
+Masks = Callable[[Session, m.Attempt], Callable[[str], str]]
+
+
+def _no_mask(s: Session, attempt: m.Attempt) -> Callable[[str], str]:
+    return str
+
+
+def apply_records(
+    s: Session,
+    attempt_id: str,
+    records: Sequence[pb.Record],
+    *,
+    scope_job_id: str | None,
+    masks: Masks = _no_mask,
+) -> Applied:
+    """Store `records` of one attempt in order, skipping those already stored. Log lines are
+    masked with `masks` before they are stored: a job's secret values never reach the log store."""
     attempt = jobs.get_attempt(s, attempt_id)
     if scope_job_id is not None and attempt.job_id != scope_job_id:
         raise errors.PermissionDenied(
             "this run token belongs to another run", reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE
         )
+    mask = masks(s, attempt)
     cur = cursor_for(s, attempt, for_update=True)
     job = jobs.get_job(s, attempt.job_id, for_update=True)
     out = Applied(acked_seq=cur.acked_seq, job_id=job.id)
@@ -134,7 +170,7 @@ def apply_records(s: Session, attempt_id: str, records: Sequence[pb.Record], *, 
         at = _seconds(rec.time)
         kind = rec.WhichOneof("body")
         if kind == "log_chunk":
-            log_rows.extend((rec.log_chunk.stream, at, line) for line in rec.log_chunk.lines)
+            log_rows.extend((rec.log_chunk.stream, at, mask(line)) for line in rec.log_chunk.lines)
         elif kind == "metrics":
             points = rec.metrics.points
             metric_rows.extend(
@@ -148,10 +184,10 @@ def apply_records(s: Session, attempt_id: str, records: Sequence[pb.Record], *, 
                 line = f"starforge: metric value NaN not stored: {where}"
                 log_rows.append((telemetry_pb2.LOG_STREAM_SYSTEM, at, line))
         elif kind == "samples":
-            metrics.append_samples(s, job.id, attempt.number, list(rec.samples.samples), at)
+            metrics.append_samples(s, job.id, attempt.number, _masked_samples(rec.samples.samples, mask), at)
         elif kind == "lifecycle":
             flush()  # the lines before an exit must be stored before the diagnosis reads them
-            out.transitions += _lifecycle(s, job, attempt, rec.lifecycle, at)
+            out.transitions += _lifecycle(s, job, attempt, _masked_event(rec.lifecycle, mask), at)
         cur.acked_seq = rec.seq
         out.kinds[kind or "empty"] = out.kinds.get(kind or "empty", 0) + 1
     flush()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from starforge.job.v1 import workspace_pb2 as starforge_dot_job_dot_v1_dot_workspace__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstarforge/job/v1/job_spec.proto\x12\x10starforge.job.v1\x1a starforge/job/v1/workspace.proto\"\xb0\t\n\x07JobSpec\x12\x1f\n\x0b\x61pi_version\x18\x01 \x01(\tR\napiVersion\x12\x18\n\x07project\x18\x02 \x01(\tR\x07project\x12\x1e\n\nexperiment\x18\x03 \x01(\tR\nexperiment\x12\x16\n\x06method\x18\x04 \x01(\tR\x06method\x12=\n\x0brecipe_lock\x18\x05 \x01(\x0b\x32\x1c.starforge.job.v1.RecipeLockR\nrecipeLock\x12\x33\n\x05pools\x18\x06 \x03(\x0b\x32\x1d.starforge.job.v1.PoolRequestR\x05pools\x12\x1f\n\x0b\x63onfig_json\x18\x07 \x01(\tR\nconfigJson\x12\x38\n\toverrides\x18\x08 \x03(\x0b\x32\x1a.starforge.job.v1.OverrideR\toverrides\x12\x14\n\x05model\x18\t \x01(\tR\x05model\x12\x38\n\ntrain_data\x18\n \x01(\x0b\x32\x19.starforge.job.v1.DataRefR\ttrainData\x12\x42\n\x0fvalidation_data\x18\x0b \x01(\x0b\x32\x19.starforge.job.v1.DataRefR\x0evalidationData\x12\x14\n\x05image\x18\x0c \x01(\tR\x05image\x12\x41\n\tworkspace\x18\r \x01(\x0b\x32#.starforge.job.v1.WorkspaceManifestR\tworkspace\x12<\n\nprovenance\x18\x0e \x01(\x0b\x32\x1c.starforge.job.v1.ProvenanceR\nprovenance\x12\x45\n\robservability\x18\x0f \x01(\x0b\x32\x1f.starforge.job.v1.ObservabilityR\robservability\x12\x1f\n\x0bthen_stages\x18\x10 \x03(\tR\nthenStages\x12&\n\x0cretry_budget\x18\x11 \x01(\x05H\x00R\x0bretryBudget\x88\x01\x01\x12\x1a\n\x08priority\x18\x12 \x01(\x05R\x08priority\x12\x14\n\x05queue\x18\x13 \x01(\tR\x05queue\x12\x14\n\x05\x66leet\x18\x14 \x01(\tR\x05\x66leet\x12\x34\n\x03\x65nv\x18\x15 \x03(\x0b\x32\".starforge.job.v1.JobSpec.EnvEntryR\x03\x65nv\x12=\n\x06labels\x18\x16 \x03(\x0b\x32%.starforge.job.v1.JobSpec.LabelsEntryR\x06labels\x12+\n\x11\x66ramework_version\x18\x17 \x01(\tR\x10\x66rameworkVersion\x12:\n\x08\x64\x61tasets\x18\x18 \x03(\x0b\x32\x1e.starforge.job.v1.DatasetMountR\x08\x64\x61tasets\x1a\x36\n\x08\x45nvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x0f\n\r_retry_budget\"\xa2\x01\n\nRecipeLock\x12\x16\n\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n\x07version\x18\x02 \x01(\tR\x07version\x12\x16\n\x06\x64igest\x18\x03 \x01(\tR\x06\x64igest\x12+\n\x11\x66ramework_version\x18\x04 \x01(\tR\x10\x66rameworkVersion\x12\x1d\n\nruntime_id\x18\x05 \x01(\tR\truntimeId\";\n\x0bPoolRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n\x07profile\x18\x02 \x01(\tR\x07profile\"\x86\x01\n\x04Pool\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n\x06series\x18\x02 \x01(\tR\x06series\x12\x14\n\x05nodes\x18\x03 \x01(\x05R\x05nodes\x12\"\n\rgpus_per_node\x18\x04 \x01(\x05R\x0bgpusPerNode\x12\x18\n\x07profile\x18\x05 \x01(\tR\x07profile\"2\n\x08Override\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value\"7\n\x07\x44\x61taRef\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n\x07\x64\x61taset\x18\x02 \x01(\tR\x07\x64\x61taset\"4\n\x0c\x44\x61tasetMount\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ref\x18\x02 \x01(\tR\x03ref\"Z\n\rObservability\x12\x37\n\x04mode\x18\x01 \x01(\x0e\x32#.starforge.job.v1.ObservabilityModeR\x04mode\x12\x10\n\x03url\x18\x02 \x01(\tR\x03url\"\x95\x03\n\nProvenance\x12\x1d\n\ngit_commit\x18\x01 \x01(\tR\tgitCommit\x12\x1d\n\ngit_branch\x18\x02 \x01(\tR\tgitBranch\x12\x1b\n\tgit_dirty\x18\x03 \x01(\x08R\x08gitDirty\x12\'\n\x0funtracked_files\x18\x04 \x03(\tR\x0euntrackedFiles\x12\'\n\x0f\x63onfig_snapshot\x18\x05 \x01(\tR\x0e\x63onfigSnapshot\x12#\n\rrecipe_digest\x18\x06 \x01(\tR\x0crecipeDigest\x12#\n\rrunner_digest\x18\x07 \x01(\tR\x0crunnerDigest\x12%\n\x0e\x63\x61psule_digest\x18\x08 \x01(\tR\rcapsuleDigest\x12!\n\x0cimage_digest\x18\t \x01(\tR\x0bimageDigest\x12%\n\x0e\x63lient_version\x18\n \x01(\tR\rclientVersion\x12\x1f\n\x0b\x63lient_host\x18\x0b \x01(\tR\nclientHost*y\n\x11ObservabilityMode\x12\"\n\x1eOBSERVABILITY_MODE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bOBSERVABILITY_MODE_PLATFORM\x10\x01\x12\x1f\n\x1bOBSERVABILITY_MODE_EXTERNAL\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstarforge/job/v1/job_spec.proto\x12\x10starforge.job.v1\x1a starforge/job/v1/workspace.proto\"\xe7\t\n\x07JobSpec\x12\x1f\n\x0b\x61pi_version\x18\x01 \x01(\tR\napiVersion\x12\x18\n\x07project\x18\x02 \x01(\tR\x07project\x12\x1e\n\nexperiment\x18\x03 \x01(\tR\nexperiment\x12\x16\n\x06method\x18\x04 \x01(\tR\x06method\x12=\n\x0brecipe_lock\x18\x05 \x01(\x0b\x32\x1c.starforge.job.v1.RecipeLockR\nrecipeLock\x12\x33\n\x05pools\x18\x06 \x03(\x0b\x32\x1d.starforge.job.v1.PoolRequestR\x05pools\x12\x1f\n\x0b\x63onfig_json\x18\x07 \x01(\tR\nconfigJson\x12\x38\n\toverrides\x18\x08 \x03(\x0b\x32\x1a.starforge.job.v1.OverrideR\toverrides\x12\x14\n\x05model\x18\t \x01(\tR\x05model\x12\x38\n\ntrain_data\x18\n \x01(\x0b\x32\x19.starforge.job.v1.DataRefR\ttrainData\x12\x42\n\x0fvalidation_data\x18\x0b \x01(\x0b\x32\x19.starforge.job.v1.DataRefR\x0evalidationData\x12\x14\n\x05image\x18\x0c \x01(\tR\x05image\x12\x41\n\tworkspace\x18\r \x01(\x0b\x32#.starforge.job.v1.WorkspaceManifestR\tworkspace\x12<\n\nprovenance\x18\x0e \x01(\x0b\x32\x1c.starforge.job.v1.ProvenanceR\nprovenance\x12\x45\n\robservability\x18\x0f \x01(\x0b\x32\x1f.starforge.job.v1.ObservabilityR\robservability\x12\x1f\n\x0bthen_stages\x18\x10 \x03(\tR\nthenStages\x12&\n\x0cretry_budget\x18\x11 \x01(\x05H\x00R\x0bretryBudget\x88\x01\x01\x12\x1a\n\x08priority\x18\x12 \x01(\x05R\x08priority\x12\x14\n\x05queue\x18\x13 \x01(\tR\x05queue\x12\x14\n\x05\x66leet\x18\x14 \x01(\tR\x05\x66leet\x12\x34\n\x03\x65nv\x18\x15 \x03(\x0b\x32\".starforge.job.v1.JobSpec.EnvEntryR\x03\x65nv\x12=\n\x06labels\x18\x16 \x03(\x0b\x32%.starforge.job.v1.JobSpec.LabelsEntryR\x06labels\x12+\n\x11\x66ramework_version\x18\x17 \x01(\tR\x10\x66rameworkVersion\x12:\n\x08\x64\x61tasets\x18\x18 \x03(\x0b\x32\x1e.starforge.job.v1.DatasetMountR\x08\x64\x61tasets\x12\x35\n\x07secrets\x18\x19 \x03(\x0b\x32\x1b.starforge.job.v1.SecretRefR\x07secrets\x1a\x36\n\x08\x45nvEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x0f\n\r_retry_budget\"1\n\tSecretRef\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03\x65nv\x18\x02 \x01(\tR\x03\x65nv\"\xa2\x01\n\nRecipeLock\x12\x16\n\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n\x07version\x18\x02 \x01(\tR\x07version\x12\x16\n\x06\x64igest\x18\x03 \x01(\tR\x06\x64igest\x12+\n\x11\x66ramework_version\x18\x04 \x01(\tR\x10\x66rameworkVersion\x12\x1d\n\nruntime_id\x18\x05 \x01(\tR\truntimeId\";\n\x0bPoolRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n\x07profile\x18\x02 \x01(\tR\x07profile\"\x86\x01\n\x04Pool\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n\x06series\x18\x02 \x01(\tR\x06series\x12\x14\n\x05nodes\x18\x03 \x01(\x05R\x05nodes\x12\"\n\rgpus_per_node\x18\x04 \x01(\x05R\x0bgpusPerNode\x12\x18\n\x07profile\x18\x05 \x01(\tR\x07profile\"2\n\x08Override\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value\"7\n\x07\x44\x61taRef\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n\x07\x64\x61taset\x18\x02 \x01(\tR\x07\x64\x61taset\"4\n\x0c\x44\x61tasetMount\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n\x03ref\x18\x02 \x01(\tR\x03ref\"Z\n\rObservability\x12\x37\n\x04mode\x18\x01 \x01(\x0e\x32#.starforge.job.v1.ObservabilityModeR\x04mode\x12\x10\n\x03url\x18\x02 \x01(\tR\x03url\"\x95\x03\n\nProvenance\x12\x1d\n\ngit_commit\x18\x01 \x01(\tR\tgitCommit\x12\x1d\n\ngit_branch\x18\x02 \x01(\tR\tgitBranch\x12\x1b\n\tgit_dirty\x18\x03 \x01(\x08R\x08gitDirty\x12\'\n\x0funtracked_files\x18\x04 \x03(\tR\x0euntrackedFiles\x12\'\n\x0f\x63onfig_snapshot\x18\x05 \x01(\tR\x0e\x63onfigSnapshot\x12#\n\rrecipe_digest\x18\x06 \x01(\tR\x0crecipeDigest\x12#\n\rrunner_digest\x18\x07 \x01(\tR\x0crunnerDigest\x12%\n\x0e\x63\x61psule_digest\x18\x08 \x01(\tR\rcapsuleDigest\x12!\n\x0cimage_digest\x18\t \x01(\tR\x0bimageDigest\x12%\n\x0e\x63lient_version\x18\n \x01(\tR\rclientVersion\x12\x1f\n\x0b\x63lient_host\x18\x0b \x01(\tR\nclientHost*y\n\x11ObservabilityMode\x12\"\n\x1eOBSERVABILITY_MODE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bOBSERVABILITY_MODE_PLATFORM\x10\x01\x12\x1f\n\x1bOBSERVABILITY_MODE_EXTERNAL\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,28 +36,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBSPEC_ENVENTRY']._serialized_options = b'8\001'
   _globals['_JOBSPEC_LABELSENTRY']._loaded_options = None
   _globals['_JOBSPEC_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_OBSERVABILITYMODE']._serialized_start=2316
-  _globals['_OBSERVABILITYMODE']._serialized_end=2437
+  _globals['_OBSERVABILITYMODE']._serialized_start=2422
+  _globals['_OBSERVABILITYMODE']._serialized_end=2543
   _globals['_JOBSPEC']._serialized_start=88
-  _globals['_JOBSPEC']._serialized_end=1288
-  _globals['_JOBSPEC_ENVENTRY']._serialized_start=1158
-  _globals['_JOBSPEC_ENVENTRY']._serialized_end=1212
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1214
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1271
-  _globals['_RECIPELOCK']._serialized_start=1291
-  _globals['_RECIPELOCK']._serialized_end=1453
-  _globals['_POOLREQUEST']._serialized_start=1455
-  _globals['_POOLREQUEST']._serialized_end=1514
-  _globals['_POOL']._serialized_start=1517
-  _globals['_POOL']._serialized_end=1651
-  _globals['_OVERRIDE']._serialized_start=1653
-  _globals['_OVERRIDE']._serialized_end=1703
-  _globals['_DATAREF']._serialized_start=1705
-  _globals['_DATAREF']._serialized_end=1760
-  _globals['_DATASETMOUNT']._serialized_start=1762
-  _globals['_DATASETMOUNT']._serialized_end=1814
-  _globals['_OBSERVABILITY']._serialized_start=1816
-  _globals['_OBSERVABILITY']._serialized_end=1906
-  _globals['_PROVENANCE']._serialized_start=1909
-  _globals['_PROVENANCE']._serialized_end=2314
+  _globals['_JOBSPEC']._serialized_end=1343
+  _globals['_JOBSPEC_ENVENTRY']._serialized_start=1213
+  _globals['_JOBSPEC_ENVENTRY']._serialized_end=1267
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1269
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1326
+  _globals['_SECRETREF']._serialized_start=1345
+  _globals['_SECRETREF']._serialized_end=1394
+  _globals['_RECIPELOCK']._serialized_start=1397
+  _globals['_RECIPELOCK']._serialized_end=1559
+  _globals['_POOLREQUEST']._serialized_start=1561
+  _globals['_POOLREQUEST']._serialized_end=1620
+  _globals['_POOL']._serialized_start=1623
+  _globals['_POOL']._serialized_end=1757
+  _globals['_OVERRIDE']._serialized_start=1759
+  _globals['_OVERRIDE']._serialized_end=1809
+  _globals['_DATAREF']._serialized_start=1811
+  _globals['_DATAREF']._serialized_end=1866
+  _globals['_DATASETMOUNT']._serialized_start=1868
+  _globals['_DATASETMOUNT']._serialized_end=1920
+  _globals['_OBSERVABILITY']._serialized_start=1922
+  _globals['_OBSERVABILITY']._serialized_end=2012
+  _globals['_PROVENANCE']._serialized_start=2015
+  _globals['_PROVENANCE']._serialized_end=2420
 # @@protoc_insertion_point(module_scope)

@@ -18,7 +18,7 @@ OBSERVABILITY_MODE_PLATFORM: ObservabilityMode
 OBSERVABILITY_MODE_EXTERNAL: ObservabilityMode
 
 class JobSpec(_message.Message):
-    __slots__ = ("api_version", "project", "experiment", "method", "recipe_lock", "pools", "config_json", "overrides", "model", "train_data", "validation_data", "image", "workspace", "provenance", "observability", "then_stages", "retry_budget", "priority", "queue", "fleet", "env", "labels", "framework_version", "datasets")
+    __slots__ = ("api_version", "project", "experiment", "method", "recipe_lock", "pools", "config_json", "overrides", "model", "train_data", "validation_data", "image", "workspace", "provenance", "observability", "then_stages", "retry_budget", "priority", "queue", "fleet", "env", "labels", "framework_version", "datasets", "secrets")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class JobSpec(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FRAMEWORK_VERSION_FIELD_NUMBER: _ClassVar[int]
     DATASETS_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     api_version: str
     project: str
     experiment: str
@@ -81,7 +82,16 @@ class JobSpec(_message.Message):
     labels: _containers.ScalarMap[str, str]
     framework_version: str
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetMount]
-    def __init__(self, api_version: _Optional[str] = ..., project: _Optional[str] = ..., experiment: _Optional[str] = ..., method: _Optional[str] = ..., recipe_lock: _Optional[_Union[RecipeLock, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[PoolRequest, _Mapping]]] = ..., config_json: _Optional[str] = ..., overrides: _Optional[_Iterable[_Union[Override, _Mapping]]] = ..., model: _Optional[str] = ..., train_data: _Optional[_Union[DataRef, _Mapping]] = ..., validation_data: _Optional[_Union[DataRef, _Mapping]] = ..., image: _Optional[str] = ..., workspace: _Optional[_Union[_workspace_pb2.WorkspaceManifest, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., observability: _Optional[_Union[Observability, _Mapping]] = ..., then_stages: _Optional[_Iterable[str]] = ..., retry_budget: _Optional[int] = ..., priority: _Optional[int] = ..., queue: _Optional[str] = ..., fleet: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., framework_version: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetMount, _Mapping]]] = ...) -> None: ...
+    secrets: _containers.RepeatedCompositeFieldContainer[SecretRef]
+    def __init__(self, api_version: _Optional[str] = ..., project: _Optional[str] = ..., experiment: _Optional[str] = ..., method: _Optional[str] = ..., recipe_lock: _Optional[_Union[RecipeLock, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[PoolRequest, _Mapping]]] = ..., config_json: _Optional[str] = ..., overrides: _Optional[_Iterable[_Union[Override, _Mapping]]] = ..., model: _Optional[str] = ..., train_data: _Optional[_Union[DataRef, _Mapping]] = ..., validation_data: _Optional[_Union[DataRef, _Mapping]] = ..., image: _Optional[str] = ..., workspace: _Optional[_Union[_workspace_pb2.WorkspaceManifest, _Mapping]] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., observability: _Optional[_Union[Observability, _Mapping]] = ..., then_stages: _Optional[_Iterable[str]] = ..., retry_budget: _Optional[int] = ..., priority: _Optional[int] = ..., queue: _Optional[str] = ..., fleet: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., framework_version: _Optional[str] = ..., datasets: _Optional[_Iterable[_Union[DatasetMount, _Mapping]]] = ..., secrets: _Optional[_Iterable[_Union[SecretRef, _Mapping]]] = ...) -> None: ...
+
+class SecretRef(_message.Message):
+    __slots__ = ("name", "env")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    env: str
+    def __init__(self, name: _Optional[str] = ..., env: _Optional[str] = ...) -> None: ...
 
 class RecipeLock(_message.Message):
     __slots__ = ("method", "version", "digest", "framework_version", "runtime_id")

@@ -123,7 +123,9 @@ export type LaunchRequest = Message<"starforge.executor.v1.LaunchRequest"> & {
   env: { [key: string]: string };
 
   /**
-   * Secret environment (HF token). Executors pass it to the process and never log or label it.
+   * Secret environment: the values of the secrets the job names (JobSpec.secrets), resolved at
+   * each launch and never stored with the attempt. Executors pass it to the process and never
+   * log or label it; `env` names its variables in FORGE_SECRET_ENV so the runner masks them.
    *
    * @generated from field: map<string, string> secret_env = 15;
    */

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/job/v1/job_spec.proto.
  */
 export const file_starforge_job_v1_job_spec: GenFile = /*@__PURE__*/
-  fileDesc("Ch9zdGFyZm9yZ2Uvam9iL3YxL2pvYl9zcGVjLnByb3RvEhBzdGFyZm9yZ2Uuam9iLnYxIpwHCgdKb2JTcGVjEhMKC2FwaV92ZXJzaW9uGAEgASgJEg8KB3Byb2plY3QYAiABKAkSEgoKZXhwZXJpbWVudBgDIAEoCRIOCgZtZXRob2QYBCABKAkSMQoLcmVjaXBlX2xvY2sYBSABKAsyHC5zdGFyZm9yZ2Uuam9iLnYxLlJlY2lwZUxvY2sSLAoFcG9vbHMYBiADKAsyHS5zdGFyZm9yZ2Uuam9iLnYxLlBvb2xSZXF1ZXN0EhMKC2NvbmZpZ19qc29uGAcgASgJEi0KCW92ZXJyaWRlcxgIIAMoCzIaLnN0YXJmb3JnZS5qb2IudjEuT3ZlcnJpZGUSDQoFbW9kZWwYCSABKAkSLQoKdHJhaW5fZGF0YRgKIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuRGF0YVJlZhIyCg92YWxpZGF0aW9uX2RhdGEYCyABKAsyGS5zdGFyZm9yZ2Uuam9iLnYxLkRhdGFSZWYSDQoFaW1hZ2UYDCABKAkSNgoJd29ya3NwYWNlGA0gASgLMiMuc3RhcmZvcmdlLmpvYi52MS5Xb3Jrc3BhY2VNYW5pZmVzdBIwCgpwcm92ZW5hbmNlGA4gASgLMhwuc3RhcmZvcmdlLmpvYi52MS5Qcm92ZW5hbmNlEjYKDW9ic2VydmFiaWxpdHkYDyABKAsyHy5zdGFyZm9yZ2Uuam9iLnYxLk9ic2VydmFiaWxpdHkSEwoLdGhlbl9zdGFnZXMYECADKAkSGQoMcmV0cnlfYnVkZ2V0GBEgASgFSACIAQESEAoIcHJpb3JpdHkYEiABKAUSDQoFcXVldWUYEyABKAkSDQoFZmxlZXQYFCABKAkSLwoDZW52GBUgAygLMiIuc3RhcmZvcmdlLmpvYi52MS5Kb2JTcGVjLkVudkVudHJ5EjUKBmxhYmVscxgWIAMoCzIlLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYy5MYWJlbHNFbnRyeRIZChFmcmFtZXdvcmtfdmVyc2lvbhgXIAEoCRIwCghkYXRhc2V0cxgYIAMoCzIeLnN0YXJmb3JnZS5qb2IudjEuRGF0YXNldE1vdW50GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fcmV0cnlfYnVkZ2V0ImwKClJlY2lwZUxvY2sSDgoGbWV0aG9kGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSDgoGZGlnZXN0GAMgASgJEhkKEWZyYW1ld29ya192ZXJzaW9uGAQgASgJEhIKCnJ1bnRpbWVfaWQYBSABKAkiLAoLUG9vbFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIPCgdwcm9maWxlGAIgASgJIlsKBFBvb2wSDAoEbmFtZRgBIAEoCRIOCgZzZXJpZXMYAiABKAkSDQoFbm9kZXMYAyABKAUSFQoNZ3B1c19wZXJfbm9kZRgEIAEoBRIPCgdwcm9maWxlGAUgASgJIiYKCE92ZXJyaWRlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCSIoCgdEYXRhUmVmEgwKBHBhdGgYASABKAkSDwoHZGF0YXNldBgCIAEoCSIpCgxEYXRhc2V0TW91bnQSDAoEbmFtZRgBIAEoCRILCgNyZWYYAiABKAkiTwoNT2JzZXJ2YWJpbGl0eRIxCgRtb2RlGAEgASgOMiMuc3RhcmZvcmdlLmpvYi52MS5PYnNlcnZhYmlsaXR5TW9kZRILCgN1cmwYAiABKAkiggIKClByb3ZlbmFuY2USEgoKZ2l0X2NvbW1pdBgBIAEoCRISCgpnaXRfYnJhbmNoGAIgASgJEhEKCWdpdF9kaXJ0eRgDIAEoCBIXCg91bnRyYWNrZWRfZmlsZXMYBCADKAkSFwoPY29uZmlnX3NuYXBzaG90GAUgASgJEhUKDXJlY2lwZV9kaWdlc3QYBiABKAkSFQoNcnVubmVyX2RpZ2VzdBgHIAEoCRIWCg5jYXBzdWxlX2RpZ2VzdBgIIAEoCRIUCgxpbWFnZV9kaWdlc3QYCSABKAkSFgoOY2xpZW50X3ZlcnNpb24YCiABKAkSEwoLY2xpZW50X2hvc3QYCyABKAkqeQoRT2JzZXJ2YWJpbGl0eU1vZGUSIgoeT0JTRVJWQUJJTElUWV9NT0RFX1VOU1BFQ0lGSUVEEAASHwobT0JTRVJWQUJJTElUWV9NT0RFX1BMQVRGT1JNEAESHwobT0JTRVJWQUJJTElUWV9NT0RFX0VYVEVSTkFMEAJiBnByb3RvMw", [file_starforge_job_v1_workspace]);
+  fileDesc("Ch9zdGFyZm9yZ2Uvam9iL3YxL2pvYl9zcGVjLnByb3RvEhBzdGFyZm9yZ2Uuam9iLnYxIsoHCgdKb2JTcGVjEhMKC2FwaV92ZXJzaW9uGAEgASgJEg8KB3Byb2plY3QYAiABKAkSEgoKZXhwZXJpbWVudBgDIAEoCRIOCgZtZXRob2QYBCABKAkSMQoLcmVjaXBlX2xvY2sYBSABKAsyHC5zdGFyZm9yZ2Uuam9iLnYxLlJlY2lwZUxvY2sSLAoFcG9vbHMYBiADKAsyHS5zdGFyZm9yZ2Uuam9iLnYxLlBvb2xSZXF1ZXN0EhMKC2NvbmZpZ19qc29uGAcgASgJEi0KCW92ZXJyaWRlcxgIIAMoCzIaLnN0YXJmb3JnZS5qb2IudjEuT3ZlcnJpZGUSDQoFbW9kZWwYCSABKAkSLQoKdHJhaW5fZGF0YRgKIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuRGF0YVJlZhIyCg92YWxpZGF0aW9uX2RhdGEYCyABKAsyGS5zdGFyZm9yZ2Uuam9iLnYxLkRhdGFSZWYSDQoFaW1hZ2UYDCABKAkSNgoJd29ya3NwYWNlGA0gASgLMiMuc3RhcmZvcmdlLmpvYi52MS5Xb3Jrc3BhY2VNYW5pZmVzdBIwCgpwcm92ZW5hbmNlGA4gASgLMhwuc3RhcmZvcmdlLmpvYi52MS5Qcm92ZW5hbmNlEjYKDW9ic2VydmFiaWxpdHkYDyABKAsyHy5zdGFyZm9yZ2Uuam9iLnYxLk9ic2VydmFiaWxpdHkSEwoLdGhlbl9zdGFnZXMYECADKAkSGQoMcmV0cnlfYnVkZ2V0GBEgASgFSACIAQESEAoIcHJpb3JpdHkYEiABKAUSDQoFcXVldWUYEyABKAkSDQoFZmxlZXQYFCABKAkSLwoDZW52GBUgAygLMiIuc3RhcmZvcmdlLmpvYi52MS5Kb2JTcGVjLkVudkVudHJ5EjUKBmxhYmVscxgWIAMoCzIlLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYy5MYWJlbHNFbnRyeRIZChFmcmFtZXdvcmtfdmVyc2lvbhgXIAEoCRIwCghkYXRhc2V0cxgYIAMoCzIeLnN0YXJmb3JnZS5qb2IudjEuRGF0YXNldE1vdW50EiwKB3NlY3JldHMYGSADKAsyGy5zdGFyZm9yZ2Uuam9iLnYxLlNlY3JldFJlZhoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX3JldHJ5X2J1ZGdldCImCglTZWNyZXRSZWYSDAoEbmFtZRgBIAEoCRILCgNlbnYYAiABKAkibAoKUmVjaXBlTG9jaxIOCgZtZXRob2QYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIOCgZkaWdlc3QYAyABKAkSGQoRZnJhbWV3b3JrX3ZlcnNpb24YBCABKAkSEgoKcnVudGltZV9pZBgFIAEoCSIsCgtQb29sUmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3Byb2ZpbGUYAiABKAkiWwoEUG9vbBIMCgRuYW1lGAEgASgJEg4KBnNlcmllcxgCIAEoCRINCgVub2RlcxgDIAEoBRIVCg1ncHVzX3Blcl9ub2RlGAQgASgFEg8KB3Byb2ZpbGUYBSABKAkiJgoIT3ZlcnJpZGUSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJIigKB0RhdGFSZWYSDAoEcGF0aBgBIAEoCRIPCgdkYXRhc2V0GAIgASgJIikKDERhdGFzZXRNb3VudBIMCgRuYW1lGAEgASgJEgsKA3JlZhgCIAEoCSJPCg1PYnNlcnZhYmlsaXR5EjEKBG1vZGUYASABKA4yIy5zdGFyZm9yZ2Uuam9iLnYxLk9ic2VydmFiaWxpdHlNb2RlEgsKA3VybBgCIAEoCSKCAgoKUHJvdmVuYW5jZRISCgpnaXRfY29tbWl0GAEgASgJEhIKCmdpdF9icmFuY2gYAiABKAkSEQoJZ2l0X2RpcnR5GAMgASgIEhcKD3VudHJhY2tlZF9maWxlcxgEIAMoCRIXCg9jb25maWdfc25hcHNob3QYBSABKAkSFQoNcmVjaXBlX2RpZ2VzdBgGIAEoCRIVCg1ydW5uZXJfZGlnZXN0GAcgASgJEhYKDmNhcHN1bGVfZGlnZXN0GAggASgJEhQKDGltYWdlX2RpZ2VzdBgJIAEoCRIWCg5jbGllbnRfdmVyc2lvbhgKIAEoCRITCgtjbGllbnRfaG9zdBgLIAEoCSp5ChFPYnNlcnZhYmlsaXR5TW9kZRIiCh5PQlNFUlZBQklMSVRZX01PREVfVU5TUEVDSUZJRUQQABIfChtPQlNFUlZBQklMSVRZX01PREVfUExBVEZPUk0QARIfChtPQlNFUlZBQklMSVRZX01PREVfRVhURVJOQUwQAmIGcHJvdG8z", [file_starforge_job_v1_workspace]);
 
 /**
  * JobSpec (api_version "forge/v2") is what `sf submit` builds from a lab, an experiment and the
@@ -195,6 +195,15 @@ export type JobSpec = Message<"starforge.job.v1.JobSpec"> & {
    * @generated from field: repeated starforge.job.v1.DatasetMount datasets = 24;
    */
   datasets: DatasetMount[];
+
+  /**
+   * Secrets the job gets as environment variables (`secrets:` of config.yaml, `--secret`). Names
+   * only: admission refuses a name the owner or the project does not have (FAILED_PRECONDITION,
+   * ERROR_REASON_UNKNOWN_SECRET); values are looked up at each launch and never stored with the job.
+   *
+   * @generated from field: repeated starforge.job.v1.SecretRef secrets = 25;
+   */
+  secrets: SecretRef[];
 };
 
 /**
@@ -203,6 +212,35 @@ export type JobSpec = Message<"starforge.job.v1.JobSpec"> & {
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
   messageDesc(file_starforge_job_v1_job_spec, 0);
+
+/**
+ * SecretRef names a secret (SecretService) and the environment variable it becomes.
+ *
+ * @generated from message starforge.job.v1.SecretRef
+ */
+export type SecretRef = Message<"starforge.job.v1.SecretRef"> & {
+  /**
+   * Secret name, [A-Za-z_][A-Za-z0-9_]{0,127}. A project secret of that name wins over the
+   * owner's own.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Environment variable of the training process; empty means `name`. FORGE_* is refused.
+   *
+   * @generated from field: string env = 2;
+   */
+  env: string;
+};
+
+/**
+ * Describes the message starforge.job.v1.SecretRef.
+ * Use `create(SecretRefSchema)` to create a new message.
+ */
+export const SecretRefSchema: GenMessage<SecretRef> = /*@__PURE__*/
+  messageDesc(file_starforge_job_v1_job_spec, 1);
 
 /**
  * RecipeLock pins the method version an experiment was written against (recipe.lock.json).
@@ -251,7 +289,7 @@ export type RecipeLock = Message<"starforge.job.v1.RecipeLock"> & {
  * Use `create(RecipeLockSchema)` to create a new message.
  */
 export const RecipeLockSchema: GenMessage<RecipeLock> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 1);
+  messageDesc(file_starforge_job_v1_job_spec, 2);
 
 /**
  * PoolRequest is one `--profile` argument.
@@ -279,7 +317,7 @@ export type PoolRequest = Message<"starforge.job.v1.PoolRequest"> & {
  * Use `create(PoolRequestSchema)` to create a new message.
  */
 export const PoolRequestSchema: GenMessage<PoolRequest> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 2);
+  messageDesc(file_starforge_job_v1_job_spec, 3);
 
 /**
  * Pool is a resolved PoolRequest: a gang of identical nodes.
@@ -328,7 +366,7 @@ export type Pool = Message<"starforge.job.v1.Pool"> & {
  * Use `create(PoolSchema)` to create a new message.
  */
 export const PoolSchema: GenMessage<Pool> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 3);
+  messageDesc(file_starforge_job_v1_job_spec, 4);
 
 /**
  * Override is one `-s key=value`.
@@ -356,7 +394,7 @@ export type Override = Message<"starforge.job.v1.Override"> & {
  * Use `create(OverrideSchema)` to create a new message.
  */
 export const OverrideSchema: GenMessage<Override> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 4);
+  messageDesc(file_starforge_job_v1_job_spec, 5);
 
 /**
  * DataRef names data for the job: a path inside the workspace, inside a dataset, or a URI.
@@ -384,7 +422,7 @@ export type DataRef = Message<"starforge.job.v1.DataRef"> & {
  * Use `create(DataRefSchema)` to create a new message.
  */
 export const DataRefSchema: GenMessage<DataRef> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 5);
+  messageDesc(file_starforge_job_v1_job_spec, 6);
 
 /**
  * DatasetMount makes a platform dataset available to the job.
@@ -412,7 +450,7 @@ export type DatasetMount = Message<"starforge.job.v1.DatasetMount"> & {
  * Use `create(DatasetMountSchema)` to create a new message.
  */
 export const DatasetMountSchema: GenMessage<DatasetMount> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 6);
+  messageDesc(file_starforge_job_v1_job_spec, 7);
 
 /**
  * Observability of the job.
@@ -440,7 +478,7 @@ export type Observability = Message<"starforge.job.v1.Observability"> & {
  * Use `create(ObservabilitySchema)` to create a new message.
  */
 export const ObservabilitySchema: GenMessage<Observability> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 7);
+  messageDesc(file_starforge_job_v1_job_spec, 8);
 
 /**
  * Provenance records where a submission came from; shown by `sf job status`.
@@ -531,7 +569,7 @@ export type Provenance = Message<"starforge.job.v1.Provenance"> & {
  * Use `create(ProvenanceSchema)` to create a new message.
  */
 export const ProvenanceSchema: GenMessage<Provenance> = /*@__PURE__*/
-  messageDesc(file_starforge_job_v1_job_spec, 8);
+  messageDesc(file_starforge_job_v1_job_spec, 9);
 
 /**
  * ObservabilityMode chooses how the training code's telemetry reaches users.

@@ -338,7 +338,9 @@ class LaunchRequest(betterproto2.Message):
         15, betterproto2.TYPE_MAP, map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING)
     )
     """
-    Secret environment (HF token). Executors pass it to the process and never log or label it.
+    Secret environment: the values of the secrets the job names (JobSpec.secrets), resolved at
+    each launch and never stored with the attempt. Executors pass it to the process and never
+    log or label it; `env` names its variables in FORGE_SECRET_ENV so the runner masks them.
     """
 
     labels: "dict[str, str]" = betterproto2.field(

@@ -28,6 +28,7 @@ __all__ = (
     "Provenance",
     "RecipeLock",
     "Sample",
+    "SecretRef",
     "WaitInfo",
     "WaitReason",
     "WorkspaceFile",
@@ -986,6 +987,13 @@ class JobSpec(betterproto2.Message):
     Platform datasets mounted by name; each becomes <NAME>_DATA_DIR in the job.
     """
 
+    secrets: "list[SecretRef]" = betterproto2.field(25, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Secrets the job gets as environment variables (`secrets:` of config.yaml, `--secret`). Names
+    only: admission refuses a name the owner or the project does not have (FAILED_PRECONDITION,
+    ERROR_REASON_UNKNOWN_SECRET); values are looked up at each launch and never stored with the job.
+    """
+
 
 default_message_pool.register_message("starforge.job.v1", "JobSpec", JobSpec)
 
@@ -1362,6 +1370,27 @@ class Sample(betterproto2.Message):
 
 
 default_message_pool.register_message("starforge.job.v1", "Sample", Sample)
+
+
+@dataclass(eq=False, repr=False)
+class SecretRef(betterproto2.Message):
+    """
+    SecretRef names a secret (SecretService) and the environment variable it becomes.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Secret name, [A-Za-z_][A-Za-z0-9_]{0,127}. A project secret of that name wins over the
+    owner's own.
+    """
+
+    env: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Environment variable of the training process; empty means `name`. FORGE_* is refused.
+    """
+
+
+default_message_pool.register_message("starforge.job.v1", "SecretRef", SecretRef)
 
 
 @dataclass(eq=False, repr=False)
