@@ -29,6 +29,8 @@ class Context:
     public_address: str
     # Base URL of the HTTP port (blobs for pods); empty when disabled.
     public_http_url: str = ""
+    # PEM CA bundle jobs and executors verify this control plane with; empty: it serves plaintext.
+    ca_pem: str = ""
     # Stop an attempt on its backend now (attempt id, fleet); set by control.app once the
     # reconciler exists.
     stop_attempt: Callable[[str, str], None] | None = None
