@@ -52,6 +52,12 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError(f"log_level: {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+        if self.tls.ca_file or self.tls.client_cert_file:
+            # the control plane's CA arrives in each LaunchRequest; the agent kind dials with agent.tls
+            raise ConfigError(
+                "tls.ca_file, tls.client_cert_file: an executor's tls: section is for its served port only; "
+                "the agent kind's channels take theirs under agent.tls"
+            )
 
 
 def service_config_class(kind: str, kind_config: type[Any]) -> type[Any]:
