@@ -42,7 +42,7 @@ from control import embedded
 from control.app import start_control
 from control.config import ControlConfig, FleetConfig, InventoryConfig
 from control.envoy import Envoy
-from tests.integration.console import REPO, Console, start_executor_process
+from tests.integration.console import REPO, Console, git, start_executor_process
 from tests.integration.forgelet.fleet import FLEET, FORGELET_TOKEN, ForgeletProcess, free_port, wait_nodes
 from tests.security.tls_support import Pki, Tap, make_pki
 
@@ -169,9 +169,27 @@ async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool) -> AsyncItera
         tap.close()
 
 
+async def make_lab(s: Stack) -> pathlib.Path:
+    """A git lab with one custom experiment, made with `sf init` and `sf new` over TLS."""
+    lab = s.console.root / "lab"
+    if lab.exists():
+        return lab
+    for args, cwd in ((("init", str(lab), "--name", "lab"), None), (("new", "exp", "--method", "custom/custom"), lab)):
+        r = await s.sf_async(*args, cwd=cwd, **s.trusted())
+        assert r.returncode == 0, r.stdout + r.stderr
+    git(lab, "init", "-q")
+    exp = lab / "experiments" / "exp"
+    (exp / "train.sh").write_text(TRAIN)
+    (exp / "train.sh").chmod(0o755)
+    (exp / "config.yaml").write_text(yaml.safe_dump({"image": "host", "observability": "platform"}))
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "lab")
+    return lab
+
+
 async def run_job_over_tls(s: Stack) -> str:
     """Submit through `sf` with the CA in its client config and follow the job to its end."""
-    lab = await s.console.lab(train_sh=TRAIN)
+    lab = await make_lab(s)
     r = await s.sf_async("submit", "exp", "--profile", "cpu", "--follow", cwd=lab, **s.trusted())
     assert r.returncode == 0, r.stdout + r.stderr
     found = re.search(r"submitted job (\S+)", r.stdout)
@@ -179,7 +197,7 @@ async def run_job_over_tls(s: Stack) -> str:
     job = await s.console.wait(found.group(1), st.JOB_STATE_SUCCEEDED, timeout=120)
     assert job.attempts[-1].node == "n1", job
     assert "tls-ok from" in r.stdout, r.stdout
-    return job.id
+    return found.group(1)
 
 
 async def test_job_runs_over_tls_and_nothing_crosses_in_plain_text(tmp_path: pathlib.Path, pki: Pki) -> None:
@@ -196,21 +214,21 @@ async def test_job_runs_over_tls_and_nothing_crosses_in_plain_text(tmp_path: pat
 
 async def test_plaintext_and_untrusted_clients_are_refused(tmp_path: pathlib.Path, pki: Pki) -> None:
     async with tls_stack(tmp_path, pki, mutual=False) as s:
-        who = ("whoami")
-        trusted = s.sf(*who, **s.trusted())
+        who = ("whoami",)
+        trusted = await s.sf_async(*who, **s.trusted())
         assert trusted.returncode == 0, trusted.stderr
 
-        plaintext = s.sf(*who, console=s.tap.address, token=s.console.token)
+        plaintext = await s.sf_async(*who, console=s.tap.address, token=s.console.token)
         assert plaintext.returncode == 5, plaintext.stderr
         assert "cannot reach the console" in plaintext.stderr
 
-        rogue = s.sf(*who, console=s.tap.address, token=s.console.token, ca_file=str(pki.rogue_ca))
+        rogue = await s.sf_async(*who, console=s.tap.address, token=s.console.token, ca_file=str(pki.rogue_ca))
         assert rogue.returncode == 5, rogue.stderr
         assert "presented a TLS certificate that ca_file" in rogue.stderr, rogue.stderr
         assert "does not verify" in rogue.stderr and "set ca_file" in rogue.stderr
 
         # The control plane still serves the trusted client.
-        assert s.sf(*who, **s.trusted()).returncode == 0
+        assert (await s.sf_async(*who, **s.trusted())).returncode == 0
 
 
 def test_sf_refuses_plaintext_to_a_remote_console_before_sending(tmp_path: pathlib.Path) -> None:
