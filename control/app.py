@@ -191,6 +191,7 @@ class RunBlobs:
 
 
 async def start_control(cfg: ControlConfig) -> ControlApp:
+    cfg.validate_tls()  # also for configs built in code (the embedded console, `sf up --listen`)
     state_dir = cfg.resolved_state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     db = Database(cfg.resolved_database_url)
