@@ -35,15 +35,21 @@ from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
 from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
 from starforge.job.v1 import job_state_pb2 as st
 
+from common import ids
 from common.channel import aio_channel, bearer
 from common.server import create_server
-from common.tls import TlsConfig
-from control import embedded
+from common.tls import TlsConfig, server_ssl_context
+from control import auth, embedded
 from control.app import start_control
+from control.blobstore import BlobStore
 from control.config import ControlConfig, FleetConfig, InventoryConfig
+from control.db import migrate
+from control.db.engine import Database
 from control.envoy import Envoy
+from control.http_ops import OpsServer
 from tests.integration.console import REPO, Console, git, start_executor_process
 from tests.integration.forgelet.fleet import FLEET, FORGELET_TOKEN, ForgeletProcess, free_port, wait_nodes
+from tests.integration.kuberay.test_fetch import HttpBlobs, init_container, make_request, pod_env, run
 from tests.security.tls_support import Pki, Tap, make_pki
 
 pytestmark = [pytest.mark.slow]
@@ -379,3 +385,65 @@ def test_envoy_serves_tls_and_speaks_tls_upstream(tmp_path: pathlib.Path, pki: P
     assert all(
         c["transport_socket"]["name"] == "envoy.transport_sockets.tls" for c in doc["static_resources"]["clusters"]
     )
+
+
+@contextlib.asynccontextmanager
+async def https_blobs(root: pathlib.Path, pki: Pki) -> AsyncIterator[HttpBlobs]:
+    """The control plane's HTTP blob endpoint serving https with the test CA's certificate."""
+    db = Database(f"sqlite:///{root / 'ledger.db'}")
+    migrate.upgrade(db.engine)
+    job_id = ids.new_job_id()
+
+    def run_token(s: Any) -> str:
+        auth.create_user(s, "tester")
+        token, _ = auth.issue_token(s, "tester", "run", job_id=job_id)
+        return token
+
+    blobs = HttpBlobs("", job_id, db.run_sync(run_token), BlobStore(root / "blobs"))
+
+    async def run_may_read(job: str, digest: str) -> bool:
+        return job == job_id and digest in blobs.allowed
+
+    tls = TlsConfig(cert_file=str(pki.leaf.cert), key_file=str(pki.leaf.key), ca_file=str(pki.ca))
+    ops = OpsServer(
+        "127.0.0.1:0",
+        blobs.store,
+        auth.TokenVerifier(db),
+        run_may_read,
+        asyncio.get_running_loop(),
+        ssl_context=server_ssl_context(tls),
+    )
+    ops.start()
+    blobs.url = f"https://127.0.0.1:{ops.port}"
+    try:
+        yield blobs
+    finally:
+        ops.stop()
+        db.close()
+
+
+async def test_kuberay_pods_fetch_over_https_verified_with_the_control_planes_ca(
+    tmp_path: pathlib.Path, pki: Pki
+) -> None:
+    async with https_blobs(tmp_path, pki) as blobs:
+        req = make_request(blobs)
+        req.blob_source.ca_pem = pki.ca.read_text()
+        fetch = init_container(req)
+        code, out, err = await run(fetch["command"], pod_env(fetch, tmp_path / "good"))
+        assert code == 0, err
+        assert "fetched" in out
+
+        # A pod told to trust another CA (someone answering in the control plane's place) sends
+        # no token: the handshake fails first.
+        req.blob_source.ca_pem = pki.rogue_ca.read_text()
+        fetch = init_container(req)
+        code, _, err = await run(fetch["command"], pod_env(fetch, tmp_path / "rogue"))
+        assert code == 1, err
+        assert "CERTIFICATE_VERIFY_FAILED" in err, err
+
+        # Plain http to the https port gets nothing.
+        req.blob_source.ca_pem = ""
+        req.blob_source.http_url = blobs.url.replace("https://", "http://")
+        fetch = init_container(req)
+        code, _, err = await run(fetch["command"], pod_env(fetch, tmp_path / "plain"))
+        assert code == 1, err
