@@ -8,6 +8,7 @@ module as a `CliError` with the right exit code (see `cli.errors.from_rpc`).
 
 from __future__ import annotations
 
+import pathlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -23,8 +24,9 @@ from starforge.control.v1 import (
     secret_service_pb2_grpc,
 )
 
-from cli.errors import CliError, from_rpc
+from cli.errors import CliError, from_rpc, tls_failure, usage
 from common.channel import CHANNEL_OPTIONS, bearer
+from common.tls import is_loopback
 
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_RETRIES = (0.3, 1.0)
@@ -48,15 +50,58 @@ def _never_reached(err: grpc.RpcError) -> bool:
     return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN) and not from_server
 
 
-class Client:
-    """Stubs for every console service, sharing one channel and the caller's token."""
+def _credentials(ca_file: str | None) -> grpc.ChannelCredentials:
+    """TLS credentials trusting `ca_file` (None: the system's CAs); a usage error when unreadable."""
+    if ca_file is None:
+        return grpc.ssl_channel_credentials()
+    try:
+        ca = pathlib.Path(ca_file).expanduser().read_bytes()
+    except OSError as exc:
+        raise usage(f"cannot read ca_file {ca_file}: {exc.strerror}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in ca:
+        raise usage(f"ca_file {ca_file} is not a PEM certificate bundle")
+    return grpc.ssl_channel_credentials(root_certificates=ca)
 
-    def __init__(self, address: str, token: str | None, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+
+def _refuse_plaintext(address: str, insecure: bool) -> None:
+    """A token sent in plaintext off this machine is readable on the network: refuse unless told."""
+    if insecure or is_loopback(address):
+        return
+    raise usage(
+        f"the console at {address} is not on this machine and TLS is off: your token would cross the "
+        "network in plain text; nothing was sent",
+        hint="set ca_file (the CA that signed the console's certificate) or tls: true in your client config, "
+        "or use a grpcs:// address; `insecure: true` allows plaintext on a network you trust",
+    )
+
+
+class Client:
+    """Stubs for every console service, sharing one channel and the caller's token.
+
+    With `tls` the channel verifies the console with `ca_file` (None: the system's CAs); without
+    it only a loopback console (or `insecure`) is accepted.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        tls: bool = False,
+        ca_file: str | None = None,
+        insecure: bool = False,
+    ) -> None:
         self.address = address
         self.timeout = timeout
         self._metadata = bearer(token) if token else ()
         self._succeeded = False
-        self.channel = grpc.insecure_channel(address, options=_OPTIONS)
+        self._trust = (f"ca_file {ca_file}" if ca_file else "the system's CAs") if tls else None
+        if tls:
+            self.channel = grpc.secure_channel(address, _credentials(ca_file), options=_OPTIONS)
+        else:
+            _refuse_plaintext(address, insecure)
+            self.channel = grpc.insecure_channel(address, options=_OPTIONS)
         self.control = control_service_pb2_grpc.ControlServiceStub(self.channel)
         self.blobs = blob_service_pb2_grpc.BlobServiceStub(self.channel)
         self.accounts = account_service_pb2_grpc.AccountServiceStub(self.channel)
@@ -117,7 +162,7 @@ class Client:
 
     def error(self, err: grpc.RpcError) -> CliError:
         """The CliError for a failed call on this channel."""
-        return from_rpc(err, self.address, connected=self.connected)
+        return tls_failure(err, self.address, self._trust) or from_rpc(err, self.address, connected=self.connected)
 
     def close(self) -> None:
         self.channel.close()

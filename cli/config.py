@@ -5,6 +5,12 @@ global `--console` option. The file is `$STARFORGE_CLIENT_CONFIG`, else
 `$XDG_CONFIG_HOME/starforge/config.yaml`, else `~/.config/starforge/config.yaml`. It holds a
 secret, so it is written with mode 0600 (atomically, so a crash never leaves half a token).
 The environment is a parameter so tests never touch os.environ.
+
+TLS: `sf` speaks TLS to the console when the file has `tls: true` or `ca_file: PATH` (the CA that
+signed the console's certificate; `STARFORGE_CA_FILE` overrides it), or the console address is
+`grpcs://` or `https://`; without `ca_file` it trusts the system's CAs. Plaintext to a console that
+is not on loopback sends the token readable by anyone on the path, so `sf` refuses it unless the
+file says `insecure: true`.
 """
 
 from __future__ import annotations
@@ -15,13 +21,18 @@ import pathlib
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
 from cli.errors import usage
 
 DEFAULT_CONSOLE = "127.0.0.1:7070"  # where `sf up` listens by default
-KEYS = ("console", "token")
+KEYS = ("console", "token", "ca_file", "tls", "insecure")
+STRING_KEYS = ("console", "token", "ca_file")
+# Kept as they are when `sf login` or `sf up` rewrites the file.
+TLS_KEYS = ("ca_file", "tls", "insecure")
+TLS_SCHEMES = ("grpcs://", "https://")
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,11 @@ class ClientConfig:
     console_from: str  # "file", "env", "flag" or "default"
     file_console: str | None = None
     file_token: str | None = None
+    # TLS to the console (module docstring); ca_file None: the system's CAs.
+    tls: bool = False
+    ca_file: str | None = None
+    # Plaintext to a console that is not on loopback is allowed.
+    insecure: bool = False
 
 
 def config_path(env: Mapping[str, str]) -> pathlib.Path:
@@ -45,7 +61,7 @@ def config_path(env: Mapping[str, str]) -> pathlib.Path:
     return pathlib.Path(base).expanduser() / "starforge" / "config.yaml"
 
 
-def read_file(path: pathlib.Path) -> dict[str, str]:
+def read_file(path: pathlib.Path) -> dict[str, Any]:
     """The file's settings ({} when it does not exist); a malformed file is a usage error."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -66,15 +82,22 @@ def read_file(path: pathlib.Path) -> dict[str, str]:
     unknown = sorted(str(k) for k in data if k not in KEYS)
     if unknown:
         raise usage(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(KEYS)}")
-    out: dict[str, str] = {}
+    out: dict[str, Any] = {}
     for key in KEYS:
         value = data.get(key)
         if value is None:
             continue
-        if not isinstance(value, str):
+        if key in STRING_KEYS and not isinstance(value, str):
             raise usage(f"{path}: `{key}` must be a string")
+        if key not in STRING_KEYS and not isinstance(value, bool):
+            raise usage(f"{path}: `{key}` must be true or false")
         out[key] = value
     return out
+
+
+def uses_tls_scheme(address: str) -> bool:
+    """Whether a console address asks for TLS by its scheme (grpcs://, https://)."""
+    return address.strip().startswith(TLS_SCHEMES)
 
 
 def load(env: Mapping[str, str], console_flag: str | None = None) -> ClientConfig:
@@ -89,6 +112,7 @@ def load(env: Mapping[str, str], console_flag: str | None = None) -> ClientConfi
     if not console:
         console, source = DEFAULT_CONSOLE, "default"
     token = env.get("STARFORGE_TOKEN") or file.get("token")
+    ca_file = env.get("STARFORGE_CA_FILE") or file.get("ca_file")
     return ClientConfig(
         console=normalize_address(console),
         token=token or None,
@@ -96,13 +120,16 @@ def load(env: Mapping[str, str], console_flag: str | None = None) -> ClientConfi
         console_from=source,
         file_console=file.get("console"),
         file_token=file.get("token"),
+        tls=bool(file.get("tls") or ca_file or uses_tls_scheme(console)),
+        ca_file=ca_file or None,
+        insecure=bool(file.get("insecure")),
     )
 
 
 def normalize_address(address: str) -> str:
-    """Accept "host:port", "grpc://host:port" or a bare "host" (port 7070)."""
+    """Accept "host:port", "grpc://host:port", "grpcs://host:port" or a bare "host" (port 7070)."""
     value = address.strip()
-    for scheme in ("grpc://", "http://"):
+    for scheme in ("grpc://", "http://", *TLS_SCHEMES):
         if value.startswith(scheme):
             value = value[len(scheme) :]
     value = value.rstrip("/")
@@ -115,9 +142,17 @@ def normalize_address(address: str) -> str:
     return value
 
 
-def save(path: pathlib.Path, *, console: str | None, token: str | None) -> None:
-    """Write the file with mode 0600, replacing it atomically; None values are left out."""
-    data = {k: v for k, v in (("console", console), ("token", token)) if v}
+def save(path: pathlib.Path, *, console: str | None, token: str | None, tls: bool | None = None) -> None:
+    """Write the file with mode 0600, replacing it atomically; None values are left out.
+
+    The TLS keys already in the file stay; `tls=True` (a grpcs:// console given to `sf login`)
+    sets `tls: true`.
+    """
+    kept = {k: v for k, v in read_file(path).items() if k in TLS_KEYS}
+    data: dict[str, Any] = {k: v for k, v in (("console", console), ("token", token)) if v}
+    data.update(kept)
+    if tls:
+        data["tls"] = True
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     text = "# StarForge client config (written by sf); holds a personal access token.\n"
     text += yaml.safe_dump(data, sort_keys=False) if data else ""

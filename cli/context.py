@@ -52,13 +52,17 @@ class AppState:
         return secret
 
     def client(self, *, console: str | None = None, token: str | None = None, need_token: bool = True) -> Client:
-        """A client for the configured console; refuses early when there is no token."""
+        """A client for the configured console; refuses early when there is no token.
+
+        TLS comes from the client config, or from a grpcs:// `console`.
+        """
         cfg = self.config()
         address = client_config.normalize_address(console) if console else cfg.console
         secret = self.require_token(address, token) if need_token else (token or cfg.token)
         if self._client is not None:
             self._client.close()
-        self._client = Client(address, secret)
+        tls = cfg.tls or (console is not None and client_config.uses_tls_scheme(console))
+        self._client = Client(address, secret, tls=tls, ca_file=cfg.ca_file, insecure=cfg.insecure)
         return self._client
 
     def lab(self) -> Lab:

@@ -111,6 +111,42 @@ def unreachable(address: str, detail: str) -> CliError:
     )
 
 
+# What grpc's transport says when the TLS handshake, not the network, failed.
+_UNVERIFIED = ("CERTIFICATE_VERIFY_FAILED", "Peer name", "not in peer certificate")
+_NOT_TLS = ("WRONG_VERSION_NUMBER",)
+
+
+def tls_failure(err: grpc.RpcError, address: str, trust: str | None) -> CliError | None:
+    """The one message for a TLS handshake that failed (exit 5), or None when it was not that.
+
+    `trust` names what verifies the console ("ca_file /path" or "the system's CAs"); None when the
+    client speaks plaintext.
+    """
+    if trust is None:
+        return None
+    details = (err.details() if hasattr(err, "details") else None) or ""
+    if any(marker in details for marker in _UNVERIFIED):
+        why = details.rsplit("CERTIFICATE_VERIFY_FAILED: ", 1)[-1].split(":", 1)[0].strip()
+        return CliError(
+            f"the console at {address} presented a TLS certificate that {trust} does not verify ({why}); "
+            "nothing was sent",
+            EXIT_UNREACHABLE,
+            hint="set ca_file in your client config (or STARFORGE_CA_FILE) to the CA that signed the console's "
+            "certificate; ask your admin for it",
+            code="UNAVAILABLE",
+            data={"console": address},
+        )
+    if any(marker in details for marker in _NOT_TLS):
+        return CliError(
+            f"the console at {address} does not speak TLS; nothing was sent",
+            EXIT_UNREACHABLE,
+            hint="check the console address, or remove `tls`/`ca_file` from your client config for a local console",
+            code="UNAVAILABLE",
+            data={"console": address},
+        )
+    return None
+
+
 def from_rpc(err: grpc.RpcError, address: str, *, connected: bool = True) -> CliError:
     """Turn a failed call into the one message the user reads.
 

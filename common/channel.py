@@ -18,8 +18,10 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def aio_channel(address: str) -> grpc.aio.Channel:
-    """An insecure grpc.aio channel to `address` (loopback or a private network)."""
+def aio_channel(address: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+    """A grpc.aio channel to `address`: TLS with `credentials` (`common.tls`), else plaintext."""
+    if credentials is not None:
+        return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 

@@ -47,8 +47,12 @@ async def create_server(
     *,
     interceptors: Sequence[Any] = (),
     options: Sequence[tuple[str, Any]] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int, health_aio.HealthServicer]:
-    """Build (not start) a server on `addr`; returns (server, bound port, health servicer)."""
+    """Build (not start) a server on `addr`; returns (server, bound port, health servicer).
+
+    With `credentials` (`common.tls.server_credentials`) the port serves TLS, else plaintext.
+    """
     server = grpc.aio.server(
         # ErrorInterceptor first: it wraps everything after it, auth refusals included.
         interceptors=[ErrorInterceptor(), *interceptors],
@@ -73,7 +77,7 @@ async def create_server(
         reflection.SERVICE_NAME,
     ]
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(addr)
+    port = server.add_secure_port(addr, credentials) if credentials else server.add_insecure_port(addr)
     if port == 0:
         raise OSError(f"cannot listen on {addr}: address in use or not available")
     return server, port, health_servicer

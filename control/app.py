@@ -40,6 +40,7 @@ from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
 from common.config import ConfigError
 from common.server import create_server, service
+from common.tls import channel_credentials, job_ca_pem, server_credentials, server_ssl_context
 from control import assembly, auth, capsule_assets, metrics
 from control import secrets as secret_store
 from control.blobstore import BlobStore
@@ -82,7 +83,9 @@ class ControlApp:
 
     @property
     def ui_url(self) -> str:
-        return f"http://{self.envoy.listen}/" if self.envoy is not None else ""
+        if self.envoy is None:
+            return ""
+        return f"{'https' if self.envoy.tls.serving else 'http'}://{self.envoy.listen}/"
 
     @property
     def address(self) -> str:
@@ -201,6 +204,7 @@ def open_secrets(cfg: ControlConfig, db: Database) -> secret_store.Keyring:
 
 
 async def start_control(cfg: ControlConfig) -> ControlApp:
+    cfg.validate_tls()  # also for configs built in code (the embedded console, `sf up --listen`)
     state_dir = cfg.resolved_state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     db = Database(cfg.resolved_database_url)
@@ -215,7 +219,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
     store = BlobStore(cfg.resolved_blob_dir)
     catalog = load_catalog()
     assets = await asyncio.to_thread(capsule_assets.load, cfg.capsule_dir.expanduser().resolve(), store)
-    executors = ExecutorPool(cfg.fleets, cfg.executor_deadline_seconds)
+    executors = ExecutorPool(cfg.fleets, cfg.executor_deadline_seconds, channel_credentials(cfg.tls))
     verifier = auth.TokenVerifier(db)
     notifier = Notifier()
     ctx = Context(
@@ -231,6 +235,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         public_address="",
         keyring=keyring,
         masks=secret_store.MaskCache(keyring),
+        ca_pem=job_ca_pem(cfg.tls),
     )
     run_blobs = RunBlobs(db)
     services = [
@@ -280,22 +285,33 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             node_registry_service_pb2.DESCRIPTOR.services_by_name["NodeRegistryService"],
         ),
     ]
-    server, port, _health = await create_server(cfg.listen, services, interceptors=[auth.AuthInterceptor(verifier)])
+    server, port, _health = await create_server(
+        cfg.listen, services, interceptors=[auth.AuthInterceptor(verifier)], credentials=server_credentials(cfg.tls)
+    )
     host = cfg.listen.rsplit(":", 1)[0]
     ctx.public_address = cfg.public_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
     ops = None
     http_listen = cfg.http_listen or ("127.0.0.1:0" if cfg.ui_listen else "")
     if http_listen:
-        ops = OpsServer(http_listen, store, verifier, run_blobs.allowed, asyncio.get_running_loop(), ui_dir=cfg.ui_dir)
+        ops = OpsServer(
+            http_listen,
+            store,
+            verifier,
+            run_blobs.allowed,
+            asyncio.get_running_loop(),
+            ui_dir=cfg.ui_dir,
+            ssl_context=server_ssl_context(cfg.tls),
+        )
         ops.start()
         http_host = http_listen.rsplit(":", 1)[0]
         http_host = "127.0.0.1" if http_host in ("0.0.0.0", "[::]", "") else http_host
-        ctx.public_http_url = cfg.public_http_url or f"http://{http_host}:{ops.port}"
+        scheme = "https" if cfg.tls.serving else "http"
+        ctx.public_http_url = cfg.public_http_url or f"{scheme}://{http_host}:{ops.port}"
     metrics.install(db)
     await server.start()
     front = None
     if cfg.ui_listen and ops is not None:
-        front = Envoy(state_dir, cfg.ui_listen, f"127.0.0.1:{port}", f"127.0.0.1:{ops.port}")
+        front = Envoy(state_dir, cfg.ui_listen, f"127.0.0.1:{port}", f"127.0.0.1:{ops.port}", tls=cfg.tls)
         await asyncio.to_thread(front.start)
     scheduler = Scheduler(ctx)
     reconciler = Reconciler(ctx, scheduler)

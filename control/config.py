@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.config import ConfigError, load_config
+from common.tls import TlsConfig, check_dial, check_listen
 from control import windows
 
 EXECUTOR_KINDS = ("local", "agent", "kuberay", "slurm")
@@ -128,6 +129,8 @@ class ControlConfig:
     # Previous keys, to rotate: rows sealed with one are re-sealed with secrets_key_file at start.
     secrets_old_key_files: list[pathlib.Path] = field(default_factory=list)
     log_level: str = "info"
+    # TLS of the gRPC, HTTP and UI ports and of the channels to executors (docs/security.d/tls.md).
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
     def resolved_state_dir(self) -> pathlib.Path:
@@ -156,6 +159,7 @@ class ControlConfig:
                 raise ConfigError(f"quotas: set exactly one of user or project (series {q.series})")
             if q.gpus < 0:
                 raise ConfigError(f"quotas: gpus must not be negative (series {q.series})")
+        self.validate_tls()
         for f in self.fleets:
             try:
                 windows.parse(f.window)
@@ -178,6 +182,25 @@ class ControlConfig:
                         f"fleets.{f.name}.inventory: series {inv.series!r} is not in the hardware "
                         f"registry ({', '.join(sorted(known_series))})"
                     )
+
+    def validate_tls(self) -> None:
+        """Plaintext only on loopback (or with tls.plaintext); jobs need the CA that verifies us."""
+        if self.tls.client_ca_file:
+            raise ConfigError(
+                "tls.client_ca_file: the control plane serves users and jobs, which have no client "
+                "certificates; mutual TLS is for executors and forgelets"
+            )
+        if self.tls.serving and not self.tls.ca_file:
+            raise ConfigError(
+                "tls.ca_file: required with tls.cert_file; jobs and executors verify this control plane with it"
+            )
+        check_listen(self.listen, self.tls, "listen")
+        if self.http_listen:
+            check_listen(self.http_listen, self.tls, "http_listen")
+        if self.ui_listen:
+            check_listen(self.ui_listen, self.tls, "ui_listen")
+        for f in self.fleets:
+            check_dial(f.address, self.tls, f"fleets.{f.name}.address")
 
 
 def load(path: pathlib.Path | str | None, env: Mapping[str, str] | None = None) -> ControlConfig:

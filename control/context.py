@@ -33,6 +33,8 @@ class Context:
     # The secrets key (no key: secrets disabled) and the per-attempt log maskers built from it.
     keyring: Keyring = field(default_factory=lambda: Keyring(None))
     masks: MaskCache = field(default_factory=lambda: MaskCache(Keyring(None)))
+    # PEM CA bundle jobs and executors verify this control plane with; empty: it serves plaintext.
+    ca_pem: str = ""
     # Stop an attempt on its backend now (attempt id, fleet); set by control.app once the
     # reconciler exists.
     stop_attempt: Callable[[str, str], None] | None = None

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from common.config import ConfigError
+from common.tls import TlsConfig
 
 
 def binary() -> pathlib.Path:
@@ -41,7 +42,39 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def _cluster(name: str, host: str, port: int, http2: bool) -> dict[str, Any]:
+def _downstream_tls(tls: TlsConfig) -> dict[str, Any]:
+    """The front door's TLS: the control plane's own certificate and key."""
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+            "common_tls_context": {
+                "tls_certificates": [
+                    {"certificate_chain": {"filename": tls.cert_file}, "private_key": {"filename": tls.key_file}}
+                ],
+                # browsers and grpc-web clients negotiate HTTP/2 or HTTP/1.1
+                "alpn_protocols": ["h2", "http/1.1"],
+            },
+        },
+    }
+
+
+def _upstream_tls(tls: TlsConfig, http2: bool) -> dict[str, Any]:
+    """TLS to the control plane's own ports, verified with tls.ca_file."""
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "common_tls_context": {
+                "validation_context": {"trusted_ca": {"filename": tls.ca_file}},
+                # gRPC servers refuse a TLS connection that did not negotiate h2
+                "alpn_protocols": ["h2"] if http2 else ["http/1.1"],
+            },
+        },
+    }
+
+
+def _cluster(name: str, host: str, port: int, http2: bool, tls: TlsConfig | None = None) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": name,
         # envoy resolves names only in DNS clusters (re-resolved: follows a service's pods)
@@ -54,6 +87,8 @@ def _cluster(name: str, host: str, port: int, http2: bool) -> dict[str, Any]:
             ],
         },
     }
+    if tls is not None and tls.serving:
+        cluster["transport_socket"] = _upstream_tls(tls, http2)
     if http2:
         cluster["typed_extension_protocol_options"] = {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -64,12 +99,17 @@ def _cluster(name: str, host: str, port: int, http2: bool) -> dict[str, Any]:
     return cluster
 
 
-def render(listen: str, grpc_address: str, http_address: str) -> dict[str, Any]:
-    """The envoy bootstrap config (a dict, dump it as YAML)."""
+def render(listen: str, grpc_address: str, http_address: str, tls: TlsConfig | None = None) -> dict[str, Any]:
+    """The envoy bootstrap config (a dict, dump it as YAML).
+
+    With `tls` serving (the control plane's `tls:` section), the front door serves TLS with the
+    control plane's certificate and envoy speaks TLS to the control plane's ports (which then
+    serve TLS too), verifying them with tls.ca_file.
+    """
     host, _, port = listen.rpartition(":")
     ghost, _, gport = grpc_address.rpartition(":")
     hhost, _, hport = http_address.rpartition(":")
-    return {
+    config = {
         "static_resources": {
             "listeners": [
                 {
@@ -133,11 +173,14 @@ def render(listen: str, grpc_address: str, http_address: str) -> dict[str, Any]:
                 }
             ],
             "clusters": [
-                _cluster("grpc", ghost or "127.0.0.1", int(gport), http2=True),
-                _cluster("http", hhost or "127.0.0.1", int(hport), http2=False),
+                _cluster("grpc", ghost or "127.0.0.1", int(gport), http2=True, tls=tls),
+                _cluster("http", hhost or "127.0.0.1", int(hport), http2=False, tls=tls),
             ],
         }
     }
+    if tls is not None and tls.serving:
+        config["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"] = _downstream_tls(tls)
+    return config
 
 
 class Envoy:
@@ -148,11 +191,14 @@ class Envoy:
     with a stop never leaves an envoy behind, and nothing starts after `close`.
     """
 
-    def __init__(self, workdir: pathlib.Path, listen: str, grpc_address: str, http_address: str) -> None:
+    def __init__(
+        self, workdir: pathlib.Path, listen: str, grpc_address: str, http_address: str, tls: TlsConfig | None = None
+    ) -> None:
         self.workdir = workdir
         self.listen = listen
+        self.tls = tls or TlsConfig()
         self.config = workdir / "envoy.yaml"
-        self.config.write_text(yaml.safe_dump(render(listen, grpc_address, http_address), sort_keys=False))
+        self.config.write_text(yaml.safe_dump(render(listen, grpc_address, http_address, self.tls), sort_keys=False))
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._lock = threading.Lock()

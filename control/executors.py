@@ -58,10 +58,13 @@ def _answered(e: grpc.aio.AioRpcError) -> bool:
 
 
 class ExecutorPool:
-    def __init__(self, fleets: list[FleetConfig], deadline: float) -> None:
+    def __init__(
+        self, fleets: list[FleetConfig], deadline: float, credentials: grpc.ChannelCredentials | None = None
+    ) -> None:
         self.deadline = deadline
         self.status = {f.name: FleetStatus(f) for f in fleets}
-        self._channels = {f.name: aio_channel(f.address) for f in fleets}
+        # TLS (and the client certificate for mutual TLS) when the control plane has tls.ca_file
+        self._channels = {f.name: aio_channel(f.address, credentials) for f in fleets}
         self._stubs = {name: ex_grpc.ExecutorServiceStub(ch) for name, ch in self._channels.items()}
 
     def _md(self, fleet: str) -> tuple[tuple[str, str], ...]:

@@ -14,6 +14,7 @@ import logging
 import mimetypes
 import pathlib
 import re
+import ssl
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -38,6 +39,7 @@ class OpsServer:
         run_blob_check: Callable[[str, str], Coroutine[Any, Any, bool]],
         loop: asyncio.AbstractEventLoop,
         ui_dir: pathlib.Path | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         ops = self
@@ -80,6 +82,12 @@ class OpsServer:
         self.loop = loop
         self.httpd = http.server.ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
         self.httpd.daemon_threads = True
+        if ssl_context is not None:
+            # The handshake runs on the first read, in the connection's own thread, so a slow or
+            # hostile client never stalls the accept loop.
+            self.httpd.socket = ssl_context.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="http-ops", daemon=True)
 

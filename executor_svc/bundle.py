@@ -42,6 +42,7 @@ from common.channel import aio_channel, bearer
 from common.hashing import is_digest
 from common.rpc_status import from_rpc_error
 from common.sensitive import MAX_NAME_BYTES
+from common.tls import ca_credentials
 
 FETCH_CONCURRENCY = 8
 # Per-blob deadline: a fixed allowance plus the time the blob takes at a slow 10 MiB/s.
@@ -153,7 +154,9 @@ async def materialize(
             )
         (cache_dir / "tmp").mkdir(parents=True, exist_ok=True)
         sem = asyncio.Semaphore(max(1, concurrency))
-        async with aio_channel(request.blob_source.address) as channel:
+        # TLS verified with the CA the control plane sent when it serves TLS
+        credentials = ca_credentials(request.blob_source.ca_pem)
+        async with aio_channel(request.blob_source.address, credentials) as channel:
             stub = blob_grpc.BlobServiceStub(channel)
 
             async def one(e: _Entry) -> None:

@@ -63,6 +63,7 @@ def capsule_env(
             "FORGE_SCRATCH_DIR": paths.scratch,
             "FORGE_INGEST_ADDR": request.ingest.address,
             "FORGE_INGEST_TOKEN": request.ingest.token,
+            "FORGE_INGEST_CA_PEM": request.ingest.ca_pem,
             "FORGE_JOB_ID": request.job_id,
             "FORGE_ATTEMPT_ID": request.attempt_id,
             "FORGE_ATTEMPT_NUMBER": str(request.attempt_number),

@@ -5,6 +5,7 @@ the kind's name, e.g.
 
     listen: 127.0.0.1:7071
     token: change-me
+    tls: {cert_file: /etc/starforge/tls/executor.crt, key_file: /etc/starforge/tls/executor.key}
     local:
       runtime: process
       state_dir: /var/lib/starforge/executor-local
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from common.config import ConfigError, load_config
+from common.tls import TlsConfig
 
 ENV_PREFIX = "STARFORGE_EXECUTOR_"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -44,10 +46,18 @@ class ServiceConfig:
     log_level: str = "info"
     # Seconds in-flight calls get to finish after SIGTERM.
     shutdown_grace_seconds: float = 5.0
+    # TLS (and mutual TLS with tls.client_ca_file) of the served port (docs/security.d/tls.md).
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         if self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError(f"log_level: {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+        if self.tls.ca_file or self.tls.client_cert_file:
+            # the control plane's CA arrives in each LaunchRequest; the agent kind dials with agent.tls
+            raise ConfigError(
+                "tls.ca_file, tls.client_cert_file: an executor's tls: section is for its served port only; "
+                "the agent kind's channels take theirs under agent.tls"
+            )
 
 
 def service_config_class(kind: str, kind_config: type[Any]) -> type[Any]:

@@ -30,6 +30,8 @@ from common import errors
 from common.config import ConfigError
 from common.logs import setup_logging
 from common.server import create_server, serve_until_signal, service
+from common.tls import check_listen, server_credentials
+from common.tls import mode as tls_mode
 from executor_svc.config import load_service_config
 from executor_svc.registry import ExecutorKind, UnknownKind, get_kind, valid_kinds
 from executor_svc.service import ExecutorServicer
@@ -51,6 +53,11 @@ def remove_ready_file(path: Path | None) -> None:
 async def serve(kind: ExecutorKind, cfg: Any, listen: str, ready_file: Path | None) -> int:
     """Run the executor service until a signal; returns the process exit code."""
     try:
+        credentials = server_credentials(cfg.tls)
+    except ConfigError as exc:
+        log.error("cannot serve the %s executor: %s", kind.name, exc)
+        return 2
+    try:
         executor = await kind.create(getattr(cfg, kind.name))
     except errors.StarforgeError as exc:
         log.error("cannot start the %s executor: %s", kind.name, exc.message)
@@ -66,6 +73,7 @@ async def serve(kind: ExecutorKind, cfg: Any, listen: str, ready_file: Path | No
                     ex_pb.DESCRIPTOR.services_by_name["ExecutorService"],
                 )
             ],
+            credentials=credentials,
         )
     except OSError as exc:
         log.error("cannot serve the %s executor: %s", kind.name, exc)
@@ -75,7 +83,13 @@ async def serve(kind: ExecutorKind, cfg: Any, listen: str, ready_file: Path | No
     address = f"{listen.rsplit(':', 1)[0]}:{port}"
     if ready_file is not None:
         write_ready_file(ready_file, address)
-    log.info("%s executor serving on %s (token %s)", kind.name, address, "required" if cfg.token else "off")
+    log.info(
+        "%s executor serving on %s (token %s, %s)",
+        kind.name,
+        address,
+        "required" if cfg.token else "off",
+        tls_mode(cfg.tls),
+    )
     try:
         await serve_until_signal(server, health, grace=cfg.shutdown_grace_seconds)
     finally:
@@ -99,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kind = get_kind(args.kind)
         cfg = load_service_config(kind.name, kind.config_class, args.config, os.environ)
+        check_listen(args.listen or cfg.listen, cfg.tls, "--listen" if args.listen else "listen")
     except (UnknownKind, ConfigError) as exc:
         print(f"starforge-executor: {exc}", file=sys.stderr)
         return 2

@@ -7,6 +7,11 @@
     control_address: 10.0.0.1:7070
     token_file: /etc/starforge/node-token   # node token (or a PAT) for NodeRegistryService
     executor_token_file: /etc/starforge/forgelet-token  # what the agent executor must present
+    tls:                               # ForgeletService over mutual TLS; TLS to the control plane
+      cert_file: /etc/starforge/tls/node.crt
+      key_file: /etc/starforge/tls/node.key
+      client_ca_file: /etc/starforge/tls/ca.crt     # require the agent executor's client certificate
+      ca_file: /etc/starforge/tls/ca.crt            # verifies control_address
     discovery: auto                    # auto | nvml | nvidia-smi | config
     inventory:                         # used when discovery finds no GPUs (or discovery: config)
       - {series: h200, gpus: 8}
@@ -28,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from common.config import ConfigError, load_config
+from common.tls import TlsConfig, check_dial
 from executor_svc.local.config import RUNTIMES, DockerConfig, LocalConfig, SeriesConfig
 
 ENV_PREFIX = "STARFORGE_FORGELET_"
@@ -83,6 +89,9 @@ class ForgeletConfig:
     max_backoff_seconds: float = 5.0
     shutdown_grace_seconds: float = 5.0
     log_level: str = "info"
+    # TLS of ForgeletService (mutual with tls.client_ca_file: the agent executor's certificate)
+    # and of the channel to the control plane (tls.ca_file); docs/security.d/tls.md.
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         if not self.fleet:
@@ -103,6 +112,7 @@ class ForgeletConfig:
             raise ConfigError("cpu_slots must be >= 0")
         if self.discovery == "config" and not self.inventory and not self.cpu_slots:
             raise ConfigError("inventory: list the node's GPUs (or set cpu_slots for a CPU-only node)")
+        check_dial(self.control_address, self.tls, "control_address")
 
     @property
     def node_name(self) -> str:

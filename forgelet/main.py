@@ -41,6 +41,8 @@ from common.config import ConfigError
 from common.logs import setup_logging
 from common.rpc_status import from_rpc_error
 from common.server import create_server, serve_until_signal, service
+from common.tls import channel_credentials, check_listen, server_credentials
+from common.tls import mode as tls_mode
 from executor_svc.local.executor import LocalExecutor
 from forgelet import config as fcfg
 from forgelet.gpus import discover
@@ -72,6 +74,12 @@ def _advertised(cfg: fcfg.ForgeletConfig, listen: str, port: int) -> str:
 async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) -> int:
     """Run forgelet until a signal; returns the exit code."""
     try:
+        credentials = server_credentials(cfg.tls)
+        control_credentials = channel_credentials(cfg.tls)
+    except ConfigError as exc:
+        log.error("forgelet: %s", exc)
+        return 2
+    try:
         inventory = await asyncio.to_thread(discover, cfg.discovery, cfg.node_name, cfg.inventory, cfg.cpu_slots)
         executor = await LocalExecutor.create(cfg.local_config(list(inventory.series)))
     except ConfigError as exc:
@@ -92,6 +100,7 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
                     fl_pb.DESCRIPTOR.services_by_name["ForgeletService"],
                 )
             ],
+            credentials=credentials,
         )
     except OSError as exc:
         log.error("forgelet cannot serve: %s", exc)
@@ -103,13 +112,16 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
     _write_json(cfg.state_dir / RUNTIME_FILE, doc)
     if ready_file is not None:
         _write_json(ready_file, doc)
-    log.info("forgelet %s serving on %s (%s runtime)", node.name, node.address, executor.runtime.name)
+    log.info(
+        "forgelet %s serving on %s (%s runtime, %s)", node.name, node.address, executor.runtime.name, tls_mode(cfg.tls)
+    )
     registrar = Registrar(
         node,
         cfg.control_address,
         cfg.registry_token,
         call_timeout=cfg.call_timeout_seconds,
         max_backoff=cfg.max_backoff_seconds,
+        credentials=control_credentials,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(registrar.run(stop))
@@ -144,7 +156,12 @@ async def drain(cfg: fcfg.ForgeletConfig, address: str, grace: float, wait: floa
     name, ok = cfg.node_name, True
     timeout = cfg.call_timeout_seconds
     token = cfg.registry_token()
-    async with aio_channel(cfg.control_address) as control, aio_channel(address) as local:
+    credentials = channel_credentials(cfg.tls)
+    local_credentials = credentials if cfg.tls.serving else None
+    async with (
+        aio_channel(cfg.control_address, credentials) as control,
+        aio_channel(address, local_credentials) as local,
+    ):
         registry = reg_grpc.NodeRegistryServiceStub(control)
         forgelet = fl_grpc.ForgeletServiceStub(local)
         reg_md = bearer(token) if token else ()
@@ -177,7 +194,7 @@ async def drain(cfg: fcfg.ForgeletConfig, address: str, grace: float, wait: floa
 async def undrain(cfg: fcfg.ForgeletConfig) -> int:
     """`forgelet undrain`: the node takes work again (UndrainNode on the control plane)."""
     token = cfg.registry_token()
-    async with aio_channel(cfg.control_address) as control:
+    async with aio_channel(cfg.control_address, channel_credentials(cfg.tls)) as control:
         registry = reg_grpc.NodeRegistryServiceStub(control)
         try:
             r = await registry.UndrainNode(
@@ -249,13 +266,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"forgelet: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
+        try:
+            check_listen(args.listen or cfg.listen, cfg.tls, "--listen" if args.listen else "listen")
+        except ConfigError as exc:
+            print(f"forgelet: {exc}", file=sys.stderr)
+            return 2
         setup_logging(cfg.log_level)
         if args.ready_file is not None:
             args.ready_file.unlink(missing_ok=True)  # never let a caller read a previous run's address
         return asyncio.run(serve(cfg, args.listen or cfg.listen, args.ready_file))
-    if args.command == "undrain":
-        return asyncio.run(undrain(cfg))
     try:
+        if args.command == "undrain":
+            return asyncio.run(undrain(cfg))
         return asyncio.run(drain(cfg, _local_address(cfg, args.address), args.grace, args.wait))
     except ConfigError as exc:
         print(f"forgelet: {exc}", file=sys.stderr)

@@ -44,9 +44,10 @@ class Registrar:
         *,
         call_timeout: float = 5.0,
         max_backoff: float = 5.0,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.node = node
-        self._channel = aio_channel(control_address)
+        self._channel = aio_channel(control_address, credentials)
         self._stub = reg_grpc.NodeRegistryServiceStub(self._channel)
         self._token = token
         self._timeout = call_timeout

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +42,18 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def tls_context(ca_pem: str) -> ssl.SSLContext | None:
+    """TLS trusting exactly the CA the control plane sent (FORGE_INGEST_CA_PEM); None: plaintext."""
+    if not ca_pem:
+        return None
+    try:
+        ctx = ssl.create_default_context(cadata=ca_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise ValueError(f"FORGE_INGEST_CA_PEM is not a PEM CA bundle ({exc})") from None
+    ctx.set_alpn_protocols(["h2"])  # gRPC over TLS negotiates HTTP/2 by ALPN
+    return ctx
+
+
 class IngestSender:
     """Keeps one Report stream open and feeds it from the journal."""
 
@@ -50,6 +63,7 @@ class IngestSender:
         *,
         address: str,
         token: str,
+        ca_pem: str = "",
         attempt_id: str,
         on_signal: Callable[[ingest.ControlSignal], None],
         window_records: int = 1024,
@@ -58,6 +72,7 @@ class IngestSender:
     ) -> None:
         self._journal = journal
         self._host, self._port = parse_address(address)
+        self._ssl = tls_context(ca_pem)
         self._metadata = {"authorization": f"Bearer {token}"}
         self._attempt_id = attempt_id
         self._on_signal = on_signal
@@ -108,7 +123,7 @@ class IngestSender:
     async def run(self) -> None:
         backoff = BACKOFF_START
         while not self._closing:
-            channel = Channel(self._host, self._port)
+            channel = Channel(self._host, self._port, ssl=self._ssl)
             try:
                 await self._session(channel)
             except asyncio.CancelledError:

@@ -83,6 +83,7 @@ class Runner:
             journal,
             address=self._settings.ingest_addr,
             token=self._settings.ingest_token,
+            ca_pem=self._settings.ingest_ca_pem,
             attempt_id=attempt_id,
             on_signal=self._on_control_signal,
         )

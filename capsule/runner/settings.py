@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import RunnerConfigError
-from .ingest import parse_address
+from .ingest import parse_address, tls_context
 
 DEFAULT_DRAIN_SECONDS = 120.0
 DEFAULT_STOP_GRACE_SECONDS = 10.0
@@ -21,6 +21,8 @@ class RunnerSettings:
     scratch_dir: pathlib.Path
     ingest_addr: str
     ingest_token: str
+    # PEM CA bundle verifying the control plane's TLS certificate; empty: plaintext ingest.
+    ingest_ca_pem: str
     drain_seconds: float
     stop_grace_seconds: float
 
@@ -35,6 +37,7 @@ class RunnerSettings:
             raise RunnerConfigError(f"{', '.join(missing)} not set; the executor must set them")
         try:
             parse_address(environ["FORGE_INGEST_ADDR"])
+            tls_context(environ.get("FORGE_INGEST_CA_PEM", ""))
         except ValueError as exc:
             raise RunnerConfigError(str(exc)) from None
         return cls(
@@ -43,6 +46,7 @@ class RunnerSettings:
             scratch_dir=pathlib.Path(environ["FORGE_SCRATCH_DIR"]),
             ingest_addr=environ["FORGE_INGEST_ADDR"],
             ingest_token=environ.get("FORGE_INGEST_TOKEN", ""),
+            ingest_ca_pem=environ.get("FORGE_INGEST_CA_PEM", ""),
             drain_seconds=_seconds(environ, "FORGE_INGEST_DRAIN_SECONDS", DEFAULT_DRAIN_SECONDS),
             stop_grace_seconds=_seconds(environ, "FORGE_STOP_GRACE_SECONDS", DEFAULT_STOP_GRACE_SECONDS),
         )

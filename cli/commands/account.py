@@ -59,7 +59,7 @@ def login(state: AppState, console: str | None, token: str | None, out: Output) 
     cfg = state.config()
     address = client_config.normalize_address(console) if console else cfg.console
     secret = token or _read_token(out)
-    client = state.client(console=address, token=secret)
+    client = state.client(console=console or address, token=secret)
     try:
         who = client.call(client.accounts.WhoAmI, account_service_pb2.WhoAmIRequest())
     except CliError as err:
@@ -67,7 +67,8 @@ def login(state: AppState, console: str | None, token: str | None, out: Output) 
             err.message = f"the console at {address} rejected this token; nothing was saved"
             err.hint = "check for a typo, or create a token with `sf token create` where you are logged in"
         raise
-    client_config.save(cfg.path, console=address, token=secret)
+    tls = console is not None and client_config.uses_tls_scheme(console)
+    client_config.save(cfg.path, console=address, token=secret, tls=tls or None)
     if state.env.get("STARFORGE_TOKEN") and state.env.get("STARFORGE_TOKEN") != secret:
         out.warn("STARFORGE_TOKEN is set in your environment and overrides the saved token")
     return {

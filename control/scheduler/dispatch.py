@@ -230,6 +230,7 @@ class Scheduler:
             run_token=token,
             public_address=self.ctx.public_address,
             public_http_url=self.ctx.public_http_url,
+            ca_pem=self.ctx.ca_pem,
             stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
             datasets=datasets.resolved(s, spec),
         )

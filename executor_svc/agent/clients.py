@@ -23,6 +23,7 @@ from common import errors
 from common.channel import aio_channel, bearer
 from common.config import ConfigError
 from common.rpc_status import from_rpc_error
+from common.tls import TlsConfig, check_dial
 from executor_svc.base import Observation
 
 
@@ -37,12 +38,19 @@ def _metadata(token: Callable[[], str]) -> tuple[tuple[str, str], ...]:
 class RegistryClient:
     """ListNodes of one fleet on the control plane."""
 
-    def __init__(self, address: str, fleet: str, token: Callable[[], str], timeout: float) -> None:
+    def __init__(
+        self,
+        address: str,
+        fleet: str,
+        token: Callable[[], str],
+        timeout: float,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.address = address
         self.fleet = fleet
         self._token = token
         self._timeout = timeout
-        self._channel = aio_channel(address)
+        self._channel = aio_channel(address, credentials)
         self._stub = reg_grpc.NodeRegistryServiceStub(self._channel)
 
     async def list_nodes(self) -> list[node_pb2.Node]:
@@ -62,18 +70,34 @@ class RegistryClient:
 class ForgeletClients:
     """One channel per forgelet address; `call(address, "StartAttempt", request)`."""
 
-    def __init__(self, token: Callable[[], str], timeout: float) -> None:
+    def __init__(
+        self,
+        token: Callable[[], str],
+        timeout: float,
+        credentials: grpc.ChannelCredentials | None = None,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self._token = token
         self._timeout = timeout
+        self._credentials = credentials
+        self._tls = tls or TlsConfig()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, fl_grpc.ForgeletServiceStub] = {}
 
     def _stub(self, address: str) -> fl_grpc.ForgeletServiceStub:
         stub = self._stubs.get(address)
         if stub is None:
-            self._channels[address] = aio_channel(address)
+            self._refuse_plaintext(address)
+            self._channels[address] = aio_channel(address, self._credentials)
             stub = self._stubs[address] = fl_grpc.ForgeletServiceStub(self._channels[address])
         return stub
+
+    def _refuse_plaintext(self, address: str) -> None:
+        """The forgelet token never crosses a network in plain text (addresses come from the registry)."""
+        try:
+            check_dial(address, self._tls, "agent.tls")
+        except ConfigError as exc:
+            raise errors.FailedPrecondition(f"forgelet at {address}: {exc}") from None
 
     async def call(self, address: str, method: str, request: Any, timeout: float | None = None) -> Any:
         try:

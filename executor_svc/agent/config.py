@@ -6,6 +6,10 @@
       control_token_file: /etc/starforge/agent-node-token   # a node token or a PAT
       forgelet_token_file: /etc/starforge/forgelet-token    # what every forgelet requires
       runtime: docker                     # docker (GPU fleets) or process (CPU-only fleets)
+      tls:                                # TLS to the registry and forgelets (mutual with a client cert)
+        ca_file: /etc/starforge/tls/ca.crt
+        client_cert_file: /etc/starforge/tls/agent.crt
+        client_key_file: /etc/starforge/tls/agent.key
       state_dir: /var/lib/starforge/executor-agent
 
 Tokens may be given inline (`control_token`, `forgelet_token`) or as files, which are read on
@@ -19,6 +23,7 @@ import dataclasses
 from pathlib import Path
 
 from common.config import ConfigError
+from common.tls import TlsConfig, check_dial
 
 RUNTIMES = ("docker", "process")
 
@@ -53,6 +58,9 @@ class AgentConfig:
     # An attempt the ledger ended that still runs (its runner may still drain its journal) is
     # stopped by Cleanup after this long; at once when its node was lost meanwhile.
     stray_grace_seconds: float = 300.0
+    # TLS of the channels to the registry and the forgelets: tls.ca_file verifies them,
+    # tls.client_cert_file/client_key_file answer forgelets that require mutual TLS.
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         if not self.fleet:
@@ -67,6 +75,9 @@ class AgentConfig:
             raise ConfigError("agent.forgelet_token and agent.forgelet_token_file: set one, not both")
         if self.stale_node_seconds <= 0 or self.call_timeout_seconds <= 0:
             raise ConfigError("agent: timeouts must be positive")
+        if self.tls.serving:
+            raise ConfigError("agent.tls: only the dialing keys apply here; the served port's TLS is under tls:")
+        check_dial(self.control_address, self.tls, "agent.control_address")
 
     def registry_token(self) -> str:
         return read_secret(self.control_token, self.control_token_file, "agent.control_token_file")

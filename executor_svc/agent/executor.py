@@ -32,6 +32,7 @@ from starforge.job.v1 import job_spec_pb2 as spec_pb
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
+from common.tls import channel_credentials
 from executor_svc.agent import placement
 from executor_svc.agent.clients import ForgeletClients, RegistryClient, observation_from_proto
 from executor_svc.agent.config import AgentConfig
@@ -61,8 +62,11 @@ class AgentExecutor(Executor):
     def __init__(self, cfg: AgentConfig) -> None:
         self.cfg = cfg
         self.book = PlacementBook(cfg.state_dir.expanduser().resolve())
-        self.registry = RegistryClient(cfg.control_address, cfg.fleet, cfg.registry_token, cfg.call_timeout_seconds)
-        self.forgelets = ForgeletClients(cfg.node_token, cfg.call_timeout_seconds)
+        credentials = channel_credentials(cfg.tls)
+        self.registry = RegistryClient(
+            cfg.control_address, cfg.fleet, cfg.registry_token, cfg.call_timeout_seconds, credentials
+        )
+        self.forgelets = ForgeletClients(cfg.node_token, cfg.call_timeout_seconds, credentials, cfg.tls)
         self._nodes: dict[str, node_pb2.Node] = {}
         self._nodes_at = 0.0
         self._place_lock = asyncio.Lock()

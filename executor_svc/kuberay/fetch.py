@@ -7,6 +7,7 @@ the RayJob. Inputs come from the environment the executor sets:
 
     FORGE_BLOB_URL        control plane HTTP base URL; a blob is GET <url>/v1/blobs/<sha256>
     FORGE_BLOB_TOKEN      the attempt's run token, sent as "Authorization: Bearer <token>"
+    FORGE_BLOB_CA_PEM     PEM CA bundle verifying an https FORGE_BLOB_URL (empty: the system's CAs)
     FORGE_CAPSULE_SHA256  sha256 of capsule.json (the trust root, from the LaunchRequest)
     FORGE_CAPSULE_DIR     where root "capsule" files go
     FORGE_WORKSPACE_DIR   where root "workspace" files go
@@ -32,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 import time
@@ -45,6 +47,20 @@ WORKERS = 8
 INTEGRITY = 97
 REQUIRED = ("FORGE_BLOB_URL", "FORGE_BLOB_TOKEN", "FORGE_CAPSULE_SHA256", "FORGE_CAPSULE_DIR", "FORGE_WORKSPACE_DIR")
 ROOTS = {"capsule": "FORGE_CAPSULE_DIR", "workspace": "FORGE_WORKSPACE_DIR", "datasets": "FORGE_DATASETS_DIR"}
+
+
+# "context": verifies an https FORGE_BLOB_URL with the control plane's CA (`use_ca`); absent:
+# the system's CAs.
+TLS: dict[str, ssl.SSLContext] = {}
+
+
+def use_ca(ca_pem: str) -> None:
+    """Trust exactly the CA the control plane sent (FORGE_BLOB_CA_PEM) for https downloads."""
+    if ca_pem:
+        try:
+            TLS["context"] = ssl.create_default_context(cadata=ca_pem)
+        except (ssl.SSLError, ValueError) as exc:
+            raise FetchError(f"FORGE_BLOB_CA_PEM is not a PEM CA bundle ({exc})") from None
 
 
 class FetchError(Exception):
@@ -93,7 +109,8 @@ def _download_once(url: str, token: str, digest: str, size: int, dest: str, exec
     try:
         h = hashlib.sha256()
         received = 0
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as resp:  # noqa: S310
+        opened = urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=TLS.get("context"))  # noqa: S310
+        with os.fdopen(fd, "wb") as out, opened as resp:
             while True:
                 chunk = resp.read(CHUNK)
                 if not chunk:
@@ -173,6 +190,7 @@ def main() -> int:
     roots = {root: env.get(var, "") for root, var in ROOTS.items()}
     capsule_digest = env["FORGE_CAPSULE_SHA256"].strip().lower()
     try:
+        use_ca(env.get("FORGE_BLOB_CA_PEM", ""))
         try:
             extra = json.loads(env.get("FORGE_FETCH_FILES") or "[]")
         except ValueError as exc:

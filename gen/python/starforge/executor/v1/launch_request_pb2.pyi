@@ -84,22 +84,26 @@ class Capsule(_message.Message):
     def __init__(self, files: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceFile, _Mapping]]] = ..., capsule_digest: _Optional[str] = ..., runner_digest: _Optional[str] = ...) -> None: ...
 
 class BlobSource(_message.Message):
-    __slots__ = ("address", "token", "http_url")
+    __slots__ = ("address", "token", "http_url", "ca_pem")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     HTTP_URL_FIELD_NUMBER: _ClassVar[int]
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
     address: str
     token: str
     http_url: str
-    def __init__(self, address: _Optional[str] = ..., token: _Optional[str] = ..., http_url: _Optional[str] = ...) -> None: ...
+    ca_pem: str
+    def __init__(self, address: _Optional[str] = ..., token: _Optional[str] = ..., http_url: _Optional[str] = ..., ca_pem: _Optional[str] = ...) -> None: ...
 
 class IngestTarget(_message.Message):
-    __slots__ = ("address", "token")
+    __slots__ = ("address", "token", "ca_pem")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
     address: str
     token: str
-    def __init__(self, address: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+    ca_pem: str
+    def __init__(self, address: _Optional[str] = ..., token: _Optional[str] = ..., ca_pem: _Optional[str] = ...) -> None: ...
 
 class ResolvedDataset(_message.Message):
     __slots__ = ("name", "ref", "manifest")

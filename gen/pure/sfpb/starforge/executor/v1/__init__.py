@@ -123,6 +123,12 @@ class BlobSource(betterproto2.Message):
     backends whose pods fetch with plain Python (kuberay); empty when the server has no HTTP port.
     """
 
+    ca_pem: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    PEM CA bundle that verifies the control plane's TLS certificate on `address` and `http_url`;
+    empty when the control plane serves plaintext (loopback or an explicitly trusted network).
+    """
+
 
 default_message_pool.register_message("starforge.executor.v1", "BlobSource", BlobSource)
 
@@ -248,6 +254,12 @@ class IngestTarget(betterproto2.Message):
     token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
     """
     Per-run ingest token, valid for this run only; passed as FORGE_INGEST_TOKEN.
+    """
+
+    ca_pem: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    PEM CA bundle that verifies the control plane's TLS certificate on `address`; passed as
+    FORGE_INGEST_CA_PEM. Empty when the control plane serves plaintext.
     """
 
 
