@@ -228,6 +228,7 @@ class SlurmExecutor(Executor):
                     container=container,
                     ray=ray_spec(self.cfg, components),
                     preamble=self.cfg.script_preamble,
+                    bootstrap_sha256=next((f.sha256 for f in request.capsule.files if f.path == "bootstrap.sh"), ""),
                 )
             )
             await asyncio.to_thread(dirs.script.write_text, script)
