@@ -41,9 +41,9 @@ from executor_svc.local import job_users
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
 
-# argv: capsule dir, attempt dir, then the privilege drop prefix (none when unisolated).
 log = logging.getLogger("starforge.executor.local.process")
 
+# argv: capsule dir, attempt dir, then the privilege drop prefix (none when unisolated).
 WRAPPER = (
     'trap ":" TERM INT HUP; c=$1; r=$2; shift 2; '
     'echo $$ > "$r/wrapper.pid.tmp" && mv "$r/wrapper.pid.tmp" "$r/wrapper.pid"; '

@@ -60,7 +60,8 @@ async def user(c: Console, name: str) -> Console:
 
 
 def state_dir(c: Console) -> pathlib.Path:
-    return c.root / "executor"
+    """The state dir of the node that runs the console's jobs (its local executor's, or a forgelet's)."""
+    return pathlib.Path(c.extra.get("node_state_dir") or c.root / "executor")
 
 
 def out_dir(c: Console, job_id: str) -> pathlib.Path:
@@ -90,12 +91,15 @@ async def submit(
     image: str = "host",
     experiment: str = "exp",
     dataset: str = "",
+    profile: str = "",
 ) -> job_pb2.Job:
     """A custom/custom job of `c`'s user; `dataset` ("owner/name@v"): mounted as TRAIN_DATA_DIR."""
     extra = {k: v.encode() for k, v in (files or {}).items()}
     fields: dict[str, Any] = {}
     if dataset:
         fields["train_data"] = job_spec_pb2.DataRef(dataset=dataset)
+    if profile:
+        fields["pools"] = [job_spec_pb2.PoolRequest(profile=profile)]
     return await c.submit_custom(train_sh, extra_files=extra, config={"image": image}, experiment=experiment, **fields)
 
 

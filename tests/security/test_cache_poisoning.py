@@ -21,8 +21,9 @@ from collections.abc import AsyncIterator
 import pytest
 from starforge.job.v1 import job_state_pb2 as st
 
-from tests.integration.backends.docker import DockerEngine
+from tests.integration.backends.docker import TEST_IMAGE, DockerEngine
 from tests.integration.console import Console, console
+from tests.integration.forgelet.fleet import agent_console
 from tests.security.isolation_support import (
     cache_entry,
     capsule_digests,
@@ -94,7 +95,7 @@ async def _dataset(c: Console, tmp: pathlib.Path) -> str:
     return f"{c.extra['user']}/rows@v1"
 
 
-async def _attack_then_victim(admin: Console, image: str, tmp: pathlib.Path) -> None:
+async def _attack_then_victim(admin: Console, image: str, tmp: pathlib.Path, profile: str = "") -> None:
     alice, bob = await user(admin, "alice"), await user(admin, "bob")
     original = capsule_digests(admin)
     rows_digest = hashlib.sha256(ROWS).hexdigest()
@@ -106,6 +107,7 @@ async def _attack_then_victim(admin: Console, image: str, tmp: pathlib.Path) -> 
         files={"attack.py": ATTACK_PY},
         image=image,
         dataset=await _dataset(alice, tmp),
+        profile=profile,
     )
     done = await finish(alice, attacker.job_id)
     assert done.state == st.JOB_STATE_SUCCEEDED, (done, await alice.logs(attacker.job_id))
@@ -128,6 +130,7 @@ async def _attack_then_victim(admin: Console, image: str, tmp: pathlib.Path) -> 
         files={"report.py": REPORT_PY},
         image=image,
         dataset=await _dataset(bob, tmp),
+        profile=profile,
     )
     ended = await finish(bob, victim.job_id)
     assert ended.state == st.JOB_STATE_SUCCEEDED, (ended, await bob.logs(victim.job_id))
@@ -159,6 +162,14 @@ async def test_docker_runtime_jobs_cannot_poison_the_cache(
     docker_console: Console, python_image: str, tmp_path: pathlib.Path
 ) -> None:
     await _attack_then_victim(docker_console, python_image, tmp_path)
+
+
+@pytest.mark.docker
+async def test_forgelet_node_jobs_cannot_poison_the_cache(tmp_path: pathlib.Path, dockerd: DockerEngine) -> None:
+    """The agent kind: the same attack on a real forgelet node (docker runtime)."""
+    async with agent_console(tmp_path / "console", dockerd, nodes=("n1",)) as (c, fleet):
+        c.extra["node_state_dir"] = str(fleet["n1"].state_dir)
+        await _attack_then_victim(c, TEST_IMAGE, tmp_path, profile="h200:1")
 
 
 async def test_the_executor_refuses_a_bootstrap_sh_changed_in_its_cache(tmp_path: pathlib.Path) -> None:
