@@ -109,10 +109,14 @@ def can_isolate(state_dir: pathlib.Path) -> bool:
     return all(p.stat().st_mode & 0o001 for p in state_dir.resolve().parents)
 
 
-def make_private(state_dir: pathlib.Path) -> None:
-    """The console's files are its alone; jobs may only pass through to `executor/`."""
+def let_jobs_pass(state_dir: pathlib.Path) -> None:
+    """0711 before the executor starts (it checks that jobs' uids can reach its state dir)."""
     if can_isolate(state_dir):
         state_dir.chmod(0o711)
+
+
+def make_private(state_dir: pathlib.Path) -> None:
+    """The console's files are its alone; jobs may only pass through to `executor/`."""
     for entry in state_dir.iterdir():
         if entry.name != "executor" and not entry.is_symlink():
             entry.chmod(0o700 if entry.is_dir() else 0o600)
@@ -254,6 +258,7 @@ def run_embedded(
         raise ConfigError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
     state_dir = state_dir.expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    let_jobs_pass(state_dir)
     proc, address = start_executor(state_dir, runtime)
     make_private(state_dir)  # after the executor started: its own files keep their modes
     try:
