@@ -12,9 +12,16 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 
 from starforge.job.v1 import job_state_pb2 as st
 
+from tests.integration.forgelet.fleet import free_port
 from tests.security.isolation_support import (
     attempt_dir,
     finish,
@@ -134,3 +141,57 @@ async def test_a_job_cannot_reach_another_jobs_environment_files_or_the_console_
         assert ended.state == st.JOB_STATE_SUCCEEDED, (ended, await alice.logs(victim.job_id))
         assert (victim_out / "ckpt.txt").read_text() == "alice's checkpoint\n"
         assert not (victim_out / "pwned").exists()
+
+
+EMBEDDED_PROBE = """#!/bin/sh
+state={state}
+for f in admin-token ledger.db console.yaml executor.yaml; do
+	if cat "$state/$f" >/dev/null 2>&1; then echo "job read $f"; exit 3; fi
+done
+if ls "$state" "$state/blobs" "$state/executor/attempts" "$state/executor/blobs" >/dev/null 2>&1; then
+	echo "job listed the console's directories"; exit 4
+fi
+if [ "$(id -u)" -eq 0 ]; then echo "job runs as root"; exit 5; fi
+echo "isolated as uid $(id -u)"
+"""
+
+
+def test_sf_up_as_root_runs_jobs_as_their_own_uids_away_from_the_console_state() -> None:
+    """`sf up` (the embedded console) as root, with a state dir others may pass: the job is bob's
+    kind of hostile code, run through the real CLI; it cannot read the console's files."""
+    root = pathlib.Path(tempfile.mkdtemp(prefix="sf-up-iso-", dir="/tmp"))
+    root.chmod(0o711)
+    state, lab = root / "state", root / "lab"
+    sf = str(pathlib.Path(sys.executable).parent / "sf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
+    env |= {
+        "STARFORGE_CLIENT_CONFIG": str(root / "client.yaml"),
+        "STARFORGE_HOME": str(state),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@starforge.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@starforge.invalid",
+    }
+
+    def run(*args: str, cwd: pathlib.Path = root) -> str:
+        r = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert r.returncode == 0, f"{' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+        return r.stdout
+
+    port = free_port()
+    try:
+        run(sf, "up", "--state-dir", str(state), "--listen", f"127.0.0.1:{port}", "--detach")
+        assert "job_uid_range" in (state / "executor.yaml").read_text()
+        run(sf, "init", str(lab), "--name", "lab")
+        run("git", "init", "-q", cwd=lab)
+        run(sf, "new", "probe", "--method", "custom/custom", cwd=lab)
+        train = lab / "experiments" / "probe" / "train.sh"
+        train.write_text(EMBEDDED_PROBE.format(state=shlex.quote(str(state))))
+        run("git", "add", "-A", cwd=lab)
+        run("git", "commit", "-qm", "probe", cwd=lab)
+        out = run(sf, "submit", "probe", "--profile", "cpu", "--follow", cwd=lab)
+        assert "isolated as uid 2" in out, out
+        assert stat.S_IMODE((state / "admin-token").stat().st_mode) == 0o600
+    finally:
+        subprocess.run([sf, "down", "--state-dir", str(state)], env=env, capture_output=True, timeout=60, check=False)
+        shutil.rmtree(root, ignore_errors=True)
