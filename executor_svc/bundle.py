@@ -16,9 +16,12 @@ Nothing a job can write is shared with another job:
   training code may edit files there in place.
 
 Every cache entry an attempt uses is hashed again before it is placed (an in-memory memo keyed by
-inode, size, mtime and ctime skips entries verified since their last change: a job can never set
-ctime back). An entry whose content changed is evicted and the launch is refused with a
-FailedPrecondition naming the file: a tampered cache is a security event, not something to run.
+inode, size and mtime skips entries verified since their last write; not ctime, which every hard
+link and unlink of an entry moves). Only root or the executor's own user can write an entry, and
+either could change the executor itself, so the check is for changes from outside (a disk, a
+person, a job of an unisolated runtime writing through a link), which move mtime. An entry whose
+content changed is evicted and the launch is refused with a FailedPrecondition naming the file: a
+tampered cache is a security event, not something to run.
 `verify_file` lets the executor check bootstrap.sh once more right before it runs it.
 
 Hard links share their inode, so a file's mode belongs to its cache entry: executable files link a
@@ -259,13 +262,13 @@ def _blob_error(rpc: grpc.RpcError, e: _Entry, address: str) -> errors.Starforge
     return type(err)(f"cannot fetch {where}: {err.message}", reason=err.reason)
 
 
-# (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) -> sha256 of cache entries this process
-# hashed. Any write or chmod moves ctime forward, and no one but root can set it back.
-_verified: dict[tuple[int, int, int, int, int], str] = {}
+# (st_dev, st_ino, st_size, st_mtime_ns) -> sha256 of cache entries this process hashed (see the
+# module docstring for why mtime and not ctime).
+_verified: dict[tuple[int, int, int, int], str] = {}
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def sha256_file(path: Path) -> str:

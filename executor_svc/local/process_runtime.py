@@ -34,6 +34,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env
@@ -98,8 +99,9 @@ def group_alive(pgid: int) -> bool:
 
 
 def _spawn(
-    capsule: Path, root: Path, cwd: Path, log_path: Path, env: dict[str, str], prefix: list[str]
+    capsule: Path, root: Path, cwd: Path, log_path: Path, env: dict[str, str], prefix: Sequence[str] = ()
 ) -> subprocess.Popen[bytes]:
+    """The wrapper; `prefix` runs bootstrap.sh as the attempt's uid (job_users.drop_privileges)."""
     with log_path.open("ab") as log:
         os.chmod(log_path, 0o640)
         return subprocess.Popen(
