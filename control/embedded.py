@@ -10,6 +10,12 @@ Everything lives under one state directory:
     secrets.key         the key user and project secrets are sealed with (0600; keep it with ledger.db)
     console.log, executor.log
 
+Run as root with the process runtime, jobs run as uids of their own (`job_uid_range` in
+executor.yaml) when the directories above the state dir let other users pass (o+x); the state
+dir is then 0711 and everything in it but `executor/` is the console's alone (0600/0700), so a
+job can reach its own attempt's files and nothing of the console. Otherwise every job runs as
+the console's user, and the executor warns that it must serve one trusted user only.
+
 The executor runs as its own process (as in a deployment) and is stopped by its PID when the
 console stops. Jobs of the process runtime run in their own sessions and are not killed by a
 console restart; the console reconciles with them when it comes back.
@@ -43,6 +49,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 CAPSULE_DIR = REPO / "build" / "capsule"
 RUNTIMES = ("process", "docker")
 CPU_SLOTS = 4
+# Uids the embedded executor runs jobs as, when it runs as root (see the module docstring).
+JOB_UID_RANGE = [200000, 265535]
 
 CONSOLE_DEFAULTS = """\
 # StarForge embedded console settings (see docs/configuration.md). Edit and restart `sf up`.
@@ -84,6 +92,8 @@ def executor_config(state_dir: pathlib.Path, runtime: str) -> pathlib.Path:
             "inventory": [{"series": "cpu", "gpus": 0, "slots": CPU_SLOTS}],
         }
     }
+    if runtime == "process" and can_isolate(state_dir):
+        doc["local"]["job_uid_range"] = JOB_UID_RANGE
     if runtime == "docker" and os.environ.get("DOCKER_HOST"):
         doc["local"]["docker"] = {"base_url": os.environ["DOCKER_HOST"]}
     if path.exists():
@@ -92,6 +102,27 @@ def executor_config(state_dir: pathlib.Path, runtime: str) -> pathlib.Path:
             return path
     path.write_text("# Local executor of the embedded console (written by `sf up`).\n" + yaml.safe_dump(doc))
     return path
+
+
+def can_isolate(state_dir: pathlib.Path) -> bool:
+    """Root, and every directory above the state dir lets other users pass (jobs' uids must)."""
+    if os.geteuid() != 0:
+        return False
+    return all(p.stat().st_mode & 0o001 for p in state_dir.resolve().parents)
+
+
+def let_jobs_pass(state_dir: pathlib.Path) -> None:
+    """0711 before the executor starts (it checks that jobs' uids can reach its state dir)."""
+    if can_isolate(state_dir):
+        state_dir.chmod(0o711)
+
+
+def make_private(state_dir: pathlib.Path) -> None:
+    """The console's files are its alone; jobs may only pass through to `executor/`."""
+    for entry in state_dir.iterdir():
+        if entry.name != "executor" and not entry.is_symlink():
+            entry.chmod(0o700 if entry.is_dir() else 0o600)
+    os.umask(0o077)  # what the console writes from now on
 
 
 _built: list[pathlib.Path] = []
@@ -233,7 +264,9 @@ def run_embedded(
         raise ConfigError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
     state_dir = state_dir.expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    let_jobs_pass(state_dir)
     proc, address = start_executor(state_dir, runtime)
+    make_private(state_dir)  # after the executor started: its own files keep their modes
     try:
         ui = default_ui_listen(listen) if ui_listen is None else ui_listen
         cfg = console_config(state_dir, listen, address, ui)

@@ -1,9 +1,13 @@
 """What every executor kind that stages files shares: safe attempt ids and an attempt's directories.
 
-    <root>/capsule    capsule files           (removed by Cleanup)
-          /workspace  the packed lab          (removed by Cleanup)
-          /scratch    FORGE_SCRATCH_DIR, datasets/  (removed by Cleanup)
+    <root>/capsule    capsule files, read-only for the job         (removed by Cleanup)
+          /datasets   <name>/... dataset files, read-only for the job (removed by Cleanup)
+          /workspace  the packed lab, the job's                     (removed by Cleanup)
+          /scratch    FORGE_SCRATCH_DIR, the job's                  (removed by Cleanup)
           /attempt.json  the kind's own record (kept)
+
+Datasets sit beside the scratch dir, never under it: the job owns its scratch dir, and a dataset
+must stay read-only for the job (a separate read-only mount for containers).
 
 Kinds add their own files (logs, outcome markers) in subclasses. Standard library only, so a kind
 can use it without importing another kind (the local kind would pull in the docker SDK).
@@ -51,7 +55,7 @@ class AttemptDirs:
 
     @property
     def datasets(self) -> Path:
-        return self.scratch / "datasets"
+        return self.root / "datasets"
 
     @property
     def record(self) -> Path:

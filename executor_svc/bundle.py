@@ -3,16 +3,29 @@
 Blobs are fetched from BlobService (`ReadBlob`, with the attempt's run token) into a node-wide,
 content-addressed cache `<cache>/<d[:2]>/<d>`: each download is hashed while written to a
 temporary file and renamed into place only when it matches its digest, so the cache never holds a
-partial or wrong blob, and an unchanged lab downloads nothing on the second attempt. Capsule and
-dataset files are then hard-linked into place (a copy across devices); workspace files are copied,
-since the workspace is the job's working directory and training code may edit files there in place.
+partial or wrong blob, and an unchanged lab downloads nothing on the second attempt.
 
-Cached blobs are not hashed again when reused: that is cheap, and it is safe because bootstrap.sh
-verifies every file against capsule.json before anything runs (a corrupted cache entry makes the
-attempt fail with bootstrap's integrity message instead of running wrong code).
+Nothing a job can write is shared with another job:
+
+- cache entries are read-only (0444, executables 0555) and owned by the executor; the cache
+  directory is 0700;
+- capsule and dataset files are hard links into the cache only when the caller says the job can
+  never write them (`share_cache=True`: a read-only bind mount, or a job uid that is neither root
+  nor the cache's owner); otherwise they are private read-only copies;
+- workspace files are always writable copies: the workspace is the job's working directory and
+  training code may edit files there in place.
+
+Every cache entry an attempt uses is hashed again before it is placed (an in-memory memo keyed by
+inode, size and mtime skips entries verified since their last write; not ctime, which every hard
+link and unlink of an entry moves). Only root or the executor's own user can write an entry, and
+either could change the executor itself, so the check is for changes from outside (a disk, a
+person, a job of an unisolated runtime writing through a link), which move mtime. An entry whose
+content changed is evicted and the launch is refused with a FailedPrecondition naming the file: a
+tampered cache is a security event, not something to run.
+`verify_file` lets the executor check bootstrap.sh once more right before it runs it.
 
 Hard links share their inode, so a file's mode belongs to its cache entry: executable files link a
-second entry `<d>.x` (0755) and all others the plain one (0644); a later attempt never changes the
+second entry `<d>.x` (0555) and all others the plain one (0444); a later attempt never changes the
 mode of a file an earlier one is running.
 """
 
@@ -26,6 +39,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,10 +75,9 @@ class _Entry:
     sha256: str
     size: int
     executable: bool
-    # Hard-link from the cache (capsule, datasets: never written by jobs) or copy (the workspace:
-    # the job's working directory, which training code may edit in place — a link would let it
-    # corrupt the cache for every later attempt).
-    link: bool = True
+    # False for the workspace: the job's working directory, which training code may edit in place,
+    # so it always gets writable copies. Capsule and dataset files are read-only for the job.
+    read_only: bool = True
 
 
 def check_relative_path(path: str, field: str) -> tuple[str, ...]:
@@ -89,7 +102,7 @@ def check_relative_path(path: str, field: str) -> tuple[str, ...]:
 
 
 def _entries(
-    files: Sequence[ws_pb.WorkspaceFile], root: Path, label: str, field: str, *, link: bool = True
+    files: Sequence[ws_pb.WorkspaceFile], root: Path, label: str, field: str, *, read_only: bool = True
 ) -> Iterable[_Entry]:
     for i, f in enumerate(files):
         parts = check_relative_path(f.path, f"{field}[{i}].path")
@@ -98,7 +111,7 @@ def _entries(
                 f"{label}/{f.path}: sha256 {f.sha256[:80]!r} is not 64 lowercase hex characters",
                 field_violations=(errors.FieldViolation(f"{field}[{i}].sha256", "not a sha256 digest"),),
             )
-        yield _Entry(root, f"{label}/{f.path}", parts, f.sha256, f.size, f.executable, link)
+        yield _Entry(root, f"{label}/{f.path}", parts, f.sha256, f.size, f.executable, read_only)
 
 
 def plan(
@@ -106,7 +119,7 @@ def plan(
 ) -> list[_Entry]:
     """Every file of the request with its destination; validates paths, digests, dataset names."""
     out = list(_entries(request.capsule.files, capsule_dir, "capsule", "capsule.files"))
-    out += _entries(request.spec.workspace.files, workspace_dir, "workspace", "spec.workspace.files", link=False)
+    out += _entries(request.spec.workspace.files, workspace_dir, "workspace", "spec.workspace.files", read_only=False)
     for i, ds in enumerate(request.datasets):
         if not DATASET_NAME.match(ds.name):
             raise errors.InvalidArgument(
@@ -134,17 +147,23 @@ async def materialize(
     datasets_dir: Path | None = None,
     *,
     concurrency: int = FETCH_CONCURRENCY,
+    share_cache: bool = False,
 ) -> None:
-    """Fetch what is missing from the cache, then place every file of the attempt.
+    """Fetch what is missing from the cache, verify what is cached, then place every file.
+
+    `share_cache`: hard-link capsule and dataset files from the cache (see the module docstring
+    for when that is safe); otherwise they are private read-only copies.
 
     Raises InvalidArgument for a path that could escape its root (absolute, '..', a symlink),
-    FailedPrecondition when a blob is missing or its content does not match its digest (the
-    message names the file), Unavailable when the blob service cannot be reached.
+    FailedPrecondition when a blob is missing, its content does not match its digest, or a cache
+    entry changed since it was fetched (the message names the file; the entry is evicted),
+    Unavailable when the blob service cannot be reached.
     """
     entries = plan(request, capsule_dir, workspace_dir, datasets_dir)
     wanted: dict[str, _Entry] = {}
     for e in entries:
         wanted.setdefault(e.sha256, e)
+    await asyncio.to_thread(_make_private, cache_dir)
     missing = [e for d, e in wanted.items() if not cache_path(cache_dir, d).is_file()]
     if missing:
         if not request.blob_source.address:
@@ -164,7 +183,14 @@ async def materialize(
                     await _fetch(stub, e, cache_dir, request.blob_source)
 
             await _first_error([one(e) for e in missing])
-    await asyncio.to_thread(_place_all, entries, cache_dir)
+    await asyncio.to_thread(_verify_cache, entries, cache_dir)
+    await asyncio.to_thread(_place_all, entries, cache_dir, share_cache)
+
+
+def _make_private(cache_dir: Path) -> None:
+    """The cache directory is the executor's alone: jobs reach entries only through their links."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(cache_dir, 0o700)
 
 
 async def _first_error(coros: Sequence[Awaitable[None]]) -> None:
@@ -205,7 +231,7 @@ async def _fetch(stub: blob_grpc.BlobServiceStub, e: _Entry, cache_dir: Path, so
                 reason=reason_pb.ERROR_REASON_UNSPECIFIED,
                 precondition_violations=(errors.PreconditionViolation("BLOB_DIGEST", e.label, found),),
             )
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o444)
         target.parent.mkdir(parents=True, exist_ok=True)
         _publish(tmp, target)
     except grpc.RpcError as rpc:
@@ -239,23 +265,81 @@ def _blob_error(rpc: grpc.RpcError, e: _Entry, address: str) -> errors.Starforge
     return type(err)(f"cannot fetch {where}: {err.message}", reason=err.reason)
 
 
-def _place_all(entries: Sequence[_Entry], cache_dir: Path) -> None:
+# (st_dev, st_ino, st_size, st_mtime_ns) -> sha256 of cache entries this process hashed (see the
+# module docstring for why mtime and not ctime).
+_verified: dict[tuple[int, int, int, int], str] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_entry(path: Path, e: _Entry, mode: int) -> None:
+    """Raise FailedPrecondition (after evicting it) when a cache entry's content changed."""
+    st = path.stat()
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode)  # an entry of an older cache (0644/0755): read-only from now on
+        st = path.stat()
+    if _verified.get(_identity(st)) == e.sha256:
+        return
+    found = sha256_file(path)
+    if found != e.sha256:
+        path.unlink(missing_ok=True)
+        raise errors.FailedPrecondition(
+            f"{e.label}: the executor's cache entry {path.name[:16]} was modified since it was fetched "
+            f"(expected sha256 {e.sha256}, found {found}); it was removed and nothing of this attempt "
+            "ran; launch it again to fetch a fresh copy",
+            reason=reason_pb.ERROR_REASON_UNSPECIFIED,
+            metadata={"failure_class": "PRECHECK"},
+            precondition_violations=(errors.PreconditionViolation("BLOB_DIGEST", e.label, found),),
+        )
+    _verified[_identity(path.stat())] = e.sha256
+
+
+def _verify_cache(entries: Sequence[_Entry], cache_dir: Path) -> None:
+    """Hash every cache entry the attempt uses (memoised per unchanged inode)."""
+    checked: set[tuple[str, bool]] = set()
+    for e in entries:
+        for executable in {False, e.executable and e.read_only}:
+            if (e.sha256, executable) in checked:
+                continue
+            path = cache_path(cache_dir, e.sha256, executable)
+            if executable and not path.is_file():
+                continue  # made from the verified plain entry when placed
+            try:
+                _check_entry(path, e, 0o555 if executable else 0o444)
+            except errors.FailedPrecondition:
+                cache_path(cache_dir, e.sha256, True).unlink(missing_ok=True)
+                raise
+            checked.add((e.sha256, executable))
+
+
+def _place_all(entries: Sequence[_Entry], cache_dir: Path, share_cache: bool) -> None:
     for root in {e.root for e in entries}:
         root.mkdir(parents=True, exist_ok=True)
     for e in entries:
         src = cache_path(cache_dir, e.sha256)
-        if e.executable:
+        link = share_cache and e.read_only
+        if e.executable and link:
             src = _executable_twin(cache_dir, e.sha256)
-        _place(e, src)
+        _place(e, src, link)
 
 
 def _executable_twin(cache_dir: Path, digest: str) -> Path:
-    """`<d>.x`: a 0755 copy of the blob, made once, so executables link without chmod."""
+    """`<d>.x`: a 0555 copy of the blob, made once, so executables link without chmod."""
     twin = cache_path(cache_dir, digest, executable=True)
     if not twin.is_file():
         tmp = twin.with_name(f"{twin.name}.{os.getpid()}.{secrets.token_hex(4)}")
         shutil.copyfile(cache_path(cache_dir, digest), tmp)
-        os.chmod(tmp, 0o755)  # noqa: S103 - an executable of the job, like any installed program
+        os.chmod(tmp, 0o555)  # noqa: S103 - read-only, executable by the jobs that link it
         try:
             _publish(tmp, twin)
         finally:
@@ -281,7 +365,14 @@ def _publish(tmp: Path, target: Path) -> None:
         os.replace(tmp, target)  # a file system without hard links: no links from the cache either
 
 
-def _place(e: _Entry, src: Path) -> None:
+def _file_mode(e: _Entry) -> int:
+    """Read-only files stay read-only in private copies too; workspace files are the job's."""
+    if e.read_only:
+        return 0o555 if e.executable else 0o444
+    return 0o755 if e.executable else 0o644
+
+
+def _place(e: _Entry, src: Path, link: bool) -> None:
     """Link (or copy) `src` to its destination, refusing any way out of the root."""
     cur = e.root
     for part in e.parts[:-1]:
@@ -297,7 +388,7 @@ def _place(e: _Entry, src: Path) -> None:
         dest.unlink()
     elif dest.exists():
         raise errors.InvalidArgument(f"{e.label}: {dest} is a directory, not a file")
-    if e.link:
+    if link:
         try:
             os.link(src, dest)
             return
@@ -305,7 +396,38 @@ def _place(e: _Entry, src: Path) -> None:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
                 raise
     shutil.copyfile(src, dest)
-    os.chmod(dest, 0o755 if e.executable else 0o644)
+    os.chmod(dest, _file_mode(e))
+
+
+def verify_file(root: Path, path: str, files: Sequence[ws_pb.WorkspaceFile], label: str) -> None:
+    """Check a placed file against its manifest digest; FailedPrecondition when it differs.
+
+    The executor calls this for bootstrap.sh right before it starts it: bootstrap.sh checks every
+    other file, so it is the one file whose integrity the executor must establish itself.
+    """
+    entry = next((f for f in files if f.path == path), None)
+    if entry is None:
+        raise errors.InvalidArgument(
+            f"{label}/{path} is not in the request's manifest; the executor cannot run an unverified capsule",
+            field_violations=(errors.FieldViolation("capsule.files", f"no {path}"),),
+        )
+    try:
+        found = sha256_file(root / path)
+    except FileNotFoundError:
+        found = "nothing (the file is missing)"
+    if found != entry.sha256:
+        raise errors.FailedPrecondition(
+            f"{label}/{path} does not match the capsule manifest (expected sha256 {entry.sha256}, found "
+            f"{found}); the executor refused to run it",
+            reason=reason_pb.ERROR_REASON_UNSPECIFIED,
+            metadata={"failure_class": "PRECHECK"},
+            precondition_violations=(errors.PreconditionViolation("BLOB_DIGEST", f"{label}/{path}", found),),
+        )
+
+
+def verify_bootstrap(request: lr_pb.LaunchRequest, capsule_dir: Path) -> None:
+    """`verify_file` for the capsule's bootstrap.sh."""
+    verify_file(capsule_dir, "bootstrap.sh", request.capsule.files, "capsule")
 
 
 def clear_tmp(cache_dir: Path) -> None:

@@ -52,6 +52,8 @@ class NodeLocalConfig:
     default_stop_grace_seconds: float = 10.0
     fetch_concurrency: int = 8
     docker: DockerConfig = dataclasses.field(default_factory=DockerConfig)
+    # Process runtime: run each attempt as its own uid from this range (see the local executor).
+    job_uid_range: list[int] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -138,6 +140,7 @@ class ForgeletConfig:
             default_stop_grace_seconds=self.local.default_stop_grace_seconds,
             fetch_concurrency=self.local.fetch_concurrency,
             docker=self.local.docker,
+            job_uid_range=list(self.local.job_uid_range),
         )
 
 

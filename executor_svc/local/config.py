@@ -76,10 +76,15 @@ class LocalConfig:
     # Blobs fetched at once per launch.
     fetch_concurrency: int = 8
     docker: DockerConfig = dataclasses.field(default_factory=DockerConfig)
+    # Process runtime: [first, last] uids (inclusive) to run attempts as, one uid per attempt, e.g.
+    # [200000, 265535]. The executor must run as root; the uids must belong to no one else on the
+    # host. Empty: every attempt runs as the executor's own user, unisolated (one trusted user).
+    job_uid_range: list[int] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"local.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        _check_uid_range(self.job_uid_range)
         if self.docker.pull != "never":
             raise ConfigError(f"local.docker.pull: only 'never' is supported, got {self.docker.pull!r}")
         if self.docker.network_mode not in ("host", "none"):
@@ -106,3 +111,16 @@ class LocalConfig:
             used |= set(idx)
             if s.slots < 0:
                 raise ConfigError(f"local.inventory[{s.series}].slots must be >= 0")
+
+
+def _check_uid_range(value: list[int]) -> None:
+    if not value:
+        return
+    if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ConfigError(f"local.job_uid_range: {value!r} is not [first, last], two uids")
+    first, last = value
+    if first < 1000 or last < first or last > 2**31 - 2:
+        raise ConfigError(
+            f"local.job_uid_range: [{first}, {last}] must be ascending uids from 1000 up (no system "
+            "users, never root), e.g. [200000, 265535]"
+        )

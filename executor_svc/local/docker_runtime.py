@@ -1,7 +1,7 @@
 """The `docker` runtime: one container per attempt on a Docker engine, through the docker SDK.
 
 The container runs `sh /forge/capsule/bootstrap.sh` with the attempt's directories bind-mounted
-(capsule read-only) at /forge/{capsule,workspace,out,scratch}, `network_mode=host` (or none; the
+(capsule and datasets read-only) at /forge/{capsule,datasets,workspace,out,scratch}, `network_mode=host` (or none; the
 executor never makes bridges), docker-init as PID 1 so SIGTERM reaches the capsule and zombies are
 reaped, and the image as it is on the node: images are never pulled.
 
@@ -55,7 +55,7 @@ IN_CONTAINER = CapsulePaths(
     workspace="/forge/workspace",
     out="/forge/out",
     scratch="/forge/scratch",
-    datasets="/forge/scratch/datasets",
+    datasets="/forge/datasets",
 )
 _DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
@@ -79,6 +79,10 @@ class DockerRuntime(Runtime):
 
     name = "docker"
     capabilities = frozenset({ex_pb.EXECUTOR_CAPABILITY_IMAGES})
+
+    @property
+    def shares_cache(self) -> bool:
+        return True  # capsule and datasets are read-only bind mounts
 
     def __init__(self, cfg: DockerConfig, layout: Layout, executor_id: str, node: str) -> None:
         self._cfg = cfg
@@ -156,7 +160,10 @@ class DockerRuntime(Runtime):
             extra["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
         env = capsule_env(spec.request, IN_CONTAINER, stop_grace_seconds=spec.stop_grace_seconds, extra=extra)
         mounts = [
+            # Capsule and dataset files may be hard links into the node's blob cache, which other
+            # jobs link too: read-only mounts are what keeps a job from writing them.
             Mount(IN_CONTAINER.capsule, str(dirs.capsule), type="bind", read_only=True),
+            Mount(IN_CONTAINER.datasets, str(dirs.datasets), type="bind", read_only=True),
             Mount(IN_CONTAINER.workspace, str(dirs.workspace), type="bind"),
             Mount(IN_CONTAINER.out, str(spec.out_dir), type="bind"),
             Mount(IN_CONTAINER.scratch, str(dirs.scratch), type="bind"),

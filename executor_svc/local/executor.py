@@ -52,7 +52,7 @@ def executor_id(state_dir: str) -> str:
 def make_runtime(cfg: LocalConfig, layout: Layout, node: str) -> Runtime:
     if cfg.runtime == "docker":
         return DockerRuntime(cfg.docker, layout, executor_id(str(layout.state_dir)), node)
-    return ProcessRuntime(layout)
+    return ProcessRuntime(layout, cfg.job_uid_range)
 
 
 class LocalExecutor(Executor):
@@ -81,6 +81,7 @@ class LocalExecutor(Executor):
     async def recover(self) -> None:
         for d in (self.layout.attempts_dir, self.layout.cache_dir, self.layout.state_dir / "out"):
             d.mkdir(parents=True, exist_ok=True)
+        await self.runtime.prepare_host()
         await asyncio.to_thread(bundle.clear_tmp, self.layout.cache_dir)
         held = 0
         for attempt_id in self.layout.attempt_ids():
@@ -176,7 +177,8 @@ class LocalExecutor(Executor):
 
     async def _materialize(self, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path) -> None:
         await asyncio.to_thread(shutil.rmtree, dirs.root, True)  # a failed launch's leftovers
-        for d in (dirs.capsule, dirs.workspace, dirs.scratch, out_dir):
+        dirs.root.mkdir(mode=0o700, parents=True)  # the runtime opens it to the job's uid alone
+        for d in (dirs.capsule, dirs.datasets, dirs.workspace, dirs.scratch, out_dir):
             d.mkdir(parents=True, exist_ok=True)
         await bundle.materialize(
             request,
@@ -185,6 +187,7 @@ class LocalExecutor(Executor):
             self.layout.cache_dir,
             dirs.datasets,
             concurrency=self.cfg.fetch_concurrency,
+            share_cache=self.runtime.shares_cache,
         )
 
     async def _allocate_and_start(
@@ -225,6 +228,8 @@ class LocalExecutor(Executor):
             stop_grace_seconds=stop_grace(request, self.cfg.default_stop_grace_seconds),
         )
         try:
+            # bootstrap.sh checks every other file; the executor checks bootstrap.sh, last thing.
+            await asyncio.to_thread(bundle.verify_bootstrap, request, dirs.capsule)
             await self.runtime.start(spec, record)
         except BaseException:
             self.pool.release(request.attempt_id)

@@ -16,6 +16,12 @@ the two leaves a record without a pid for a capsule that does run; the wrapper w
 to `attempts/<id>/wrapper.pid` first thing, so the next executor adopts it (after checking that
 the pid's command line names this attempt's directory) instead of calling the attempt lost and
 letting the control plane launch it a second time.
+
+With `local.job_uid_range` (job_users.py) the wrapper stays root and runs bootstrap.sh through
+`setpriv` as the attempt's own uid: the job can neither signal the wrapper nor write the exit code,
+the record or the log file's directory, and it gets HOME and PEX_ROOT in its own scratch dir (a
+PEX_ROOT shared between jobs would be code one job could change for the next). Without it, every
+attempt runs as the executor's user: one trusted user only.
 """
 
 from __future__ import annotations
@@ -23,21 +29,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env
+from executor_svc.local import job_users
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
 
+log = logging.getLogger("starforge.executor.local.process")
+
+# argv: capsule dir, attempt dir, then the privilege drop prefix (none when unisolated).
 WRAPPER = (
-    'trap ":" TERM INT HUP; '
-    'echo $$ > "$2/wrapper.pid.tmp" && mv "$2/wrapper.pid.tmp" "$2/wrapper.pid"; '
-    'sh "$1/bootstrap.sh"; rc=$?; '
-    'echo "$rc" > "$2/exit_code.tmp" && mv "$2/exit_code.tmp" "$2/exit_code"'
+    'trap ":" TERM INT HUP; c=$1; r=$2; shift 2; '
+    'echo $$ > "$r/wrapper.pid.tmp" && mv "$r/wrapper.pid.tmp" "$r/wrapper.pid"; '
+    '"$@" sh "$c/bootstrap.sh"; rc=$?; '
+    'echo "$rc" > "$r/exit_code.tmp" && mv "$r/exit_code.tmp" "$r/exit_code"'
 )
 KILL_WAIT_SECONDS = 5.0
 POLL_SECONDS = 0.05
@@ -86,10 +98,14 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def _spawn(capsule: Path, root: Path, cwd: Path, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _spawn(
+    capsule: Path, root: Path, cwd: Path, log_path: Path, env: dict[str, str], prefix: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """The wrapper; `prefix` runs bootstrap.sh as the attempt's uid (job_users.drop_privileges)."""
     with log_path.open("ab") as log:
+        os.chmod(log_path, 0o640)
         return subprocess.Popen(
-            ["sh", "-c", WRAPPER, "starforge-capsule", str(capsule), str(root)],
+            ["sh", "-c", WRAPPER, "starforge-capsule", str(capsule), str(root), *prefix],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -109,9 +125,60 @@ class ProcessRuntime(Runtime):
 
     name = "process"
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, uid_range: list[int] | None = None) -> None:
         self._layout = layout
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._uids = (
+            job_users.JobUids(job_users.UidRange(uid_range[0], uid_range[1]), layout.state_dir / "job-uids")
+            if uid_range
+            else None
+        )
+        # Uids of attempts not cleaned up yet; read from the records on first use.
+        self._held: set[int] | None = None
+
+    @property
+    def shares_cache(self) -> bool:
+        """Jobs run as uids that cannot write the cache's root-owned read-only entries."""
+        return self._uids is not None
+
+    async def prepare_host(self) -> None:
+        if self._uids is None:
+            log.warning(
+                "process runtime without local.job_uid_range: every job runs as this executor's user "
+                "and can read and change what other jobs use; serve one trusted user only"
+            )
+            return
+        await asyncio.to_thread(job_users.check_host, self._layout.state_dir)
+        await asyncio.to_thread(
+            job_users.secure_layout,
+            self._layout.state_dir,
+            self._layout.attempts_dir,
+            self._layout.state_dir / "out",
+            self._layout.cache_dir,
+        )
+
+    def _held_uids(self) -> set[int]:
+        if self._held is None:
+            self._held = set()
+            for attempt_id in self._layout.attempt_ids():
+                r = AttemptRecord.load(self._layout.attempt(attempt_id).record)
+                if r is not None and r.cleaned_at is None and r.job_uid > 0:
+                    self._held.add(r.job_uid)
+        return self._held
+
+    def _isolate(self, spec: StartSpec, record: AttemptRecord, env: dict[str, str]) -> list[str]:
+        """Allocate the attempt's uid, hand it its directories; the command prefix that drops to it."""
+        if self._uids is None:
+            return []
+        uid = self._uids.allocate(self._held_uids())
+        self._held_uids().add(uid)
+        record.job_uid = uid
+        dirs = spec.dirs
+        job_users.hand_over(dirs.root, (dirs.capsule, dirs.datasets), (dirs.workspace, dirs.scratch), spec.out_dir, uid)
+        env["HOME"] = str(dirs.scratch)
+        if "PEX_ROOT" not in spec.request.env:
+            env["PEX_ROOT"] = str(dirs.scratch / ".pex")
+        return job_users.drop_privileges(uid)
 
     def _reap(self) -> None:
         for attempt_id, child in list(self._children.items()):
@@ -122,7 +189,7 @@ class ProcessRuntime(Runtime):
         dirs = spec.dirs
         visible = ",".join(str(g) for g in spec.gpus)
         extra = {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible or "void"}
-        if "PEX_ROOT" not in spec.request.env:
+        if "PEX_ROOT" not in spec.request.env and self._uids is None:
             # runner.pex unpacks (and compiles) its wheels once per node and runner digest, not in
             # every attempt's fresh scratch dir: that unpack was most of the capsule's start-up.
             # Pex's cache is content-addressed and safe for concurrent attempts.
@@ -142,7 +209,8 @@ class ProcessRuntime(Runtime):
                 extra=extra,
             )
         )
-        child = await asyncio.to_thread(_spawn, dirs.capsule, dirs.root, dirs.workspace, dirs.log, env)
+        prefix = await asyncio.to_thread(self._isolate, spec, record, env)
+        child = await asyncio.to_thread(_spawn, dirs.capsule, dirs.root, dirs.workspace, dirs.log, env, prefix)
         self._children[record.attempt_id] = child
         record.pid = child.pid
         record.pid_start = start_ticks(child.pid)
@@ -212,7 +280,14 @@ class ProcessRuntime(Runtime):
         if not await self._wait_gone(record, grace_seconds):
             self._signal(record, signal.SIGKILL)
             await self._wait_gone(record, KILL_WAIT_SECONDS)
+        if record.job_uid > 0:  # what left the process group (setsid, double fork)
+            await asyncio.to_thread(job_users.kill_uid, record.job_uid)
 
     async def remove(self, record: AttemptRecord) -> int:
         self._children.pop(record.attempt_id, None)
+        if record.job_uid > 0:
+            await asyncio.to_thread(job_users.kill_uid, record.job_uid)
+            if record.out_dir:
+                await asyncio.to_thread(job_users.take_back, Path(record.out_dir))
+            self._held_uids().discard(record.job_uid)
         return 0

@@ -2,7 +2,8 @@
 
     <state_dir>/attempts/<attempt_id>/capsule      capsule files (removed by Cleanup)
                                      /workspace    the packed lab (removed by Cleanup)
-                                     /scratch      FORGE_SCRATCH_DIR, datasets/ (removed by Cleanup)
+                                     /datasets     dataset files, read-only (removed by Cleanup)
+                                     /scratch      FORGE_SCRATCH_DIR (removed by Cleanup)
                                      /attempt.json the record below (kept)
                                      /bootstrap.log stdout+stderr of bootstrap.sh (kept)
                                      /exit_code    written by the wrapper when the capsule exits (kept)
@@ -38,9 +39,9 @@ class AttemptDirs(BaseAttemptDirs):
     def exit_code(self) -> Path:
         return self.root / "exit_code"
 
-    def removable(self) -> tuple[Path, Path, Path]:
+    def removable(self) -> tuple[Path, ...]:
         """What Cleanup removes (logs, record and exit code stay readable)."""
-        return (self.capsule, self.workspace, self.scratch)
+        return (self.capsule, self.datasets, self.workspace, self.scratch)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class AttemptRecord:
     pid_start: int = 0
     image: str = ""
     image_digest: str = ""
+    # Process runtime with local.job_uid_range: the uid (and gid) the attempt runs as; -1: none.
+    job_uid: int = -1
     stop_requested_at: float | None = None
     cleaned_at: float | None = None
     # Docker: the last observation, saved before Cleanup removes the container.

@@ -71,6 +71,15 @@ class Runtime(abc.ABC):
     # ExecutorCapability values this runtime adds (IMAGES for docker).
     capabilities: frozenset[int] = frozenset()
 
+    @property
+    def shares_cache(self) -> bool:
+        """True when jobs can never write capsule and dataset files (read-only mounts, another
+        uid), so they may be hard links into the node's blob cache; else private copies."""
+        return False
+
+    async def prepare_host(self) -> None:  # noqa: B027 - nothing to prepare by default
+        """Check and secure the host before the first launch (ConfigError when it cannot run)."""
+
     async def check_image(self, request: lr_pb.LaunchRequest) -> str:
         """The image's digest, or FailedPrecondition when it cannot run here. Before any download."""
         return ""

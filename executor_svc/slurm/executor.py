@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import time
 import weakref
@@ -52,6 +53,7 @@ from executor_svc.slurm.staging import (
     read_log_tail,
     read_outcome,
     read_started,
+    secure_roots,
 )
 from executor_svc.slurm.states import job_ledger_state
 from executor_svc.slurm.tokens import TokenSource
@@ -226,6 +228,7 @@ class SlurmExecutor(Executor):
                     container=container,
                     ray=ray_spec(self.cfg, components),
                     preamble=self.cfg.script_preamble,
+                    bootstrap_sha256=next((f.sha256 for f in request.capsule.files if f.path == "bootstrap.sh"), ""),
                 )
             )
             await asyncio.to_thread(dirs.script.write_text, script)
@@ -274,7 +277,9 @@ class SlurmExecutor(Executor):
 
     async def _materialize(self, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path) -> None:
         await asyncio.to_thread(shutil.rmtree, dirs.root, True)  # a failed launch's leftovers
-        for d in (dirs.capsule, dirs.workspace, dirs.scratch, out_dir):
+        await asyncio.to_thread(secure_roots, self.cfg.staging_dir, self.cfg.out_dir, self.cfg.blob_cache)
+        dirs.root.mkdir(mode=0o700)
+        for d in (dirs.capsule, dirs.datasets, dirs.workspace, dirs.scratch, out_dir):
             d.mkdir(parents=True, exist_ok=True)
         await bundle.materialize(
             request,
@@ -283,7 +288,9 @@ class SlurmExecutor(Executor):
             self.cfg.blob_cache,
             dirs.datasets,
             concurrency=self.cfg.fetch_concurrency,
+            share_cache=self.cfg.job_uid >= 0 and self.cfg.job_uid != os.geteuid(),
         )
+        await asyncio.to_thread(bundle.verify_bootstrap, request, dirs.capsule)
         await asyncio.to_thread(hand_over, dirs, out_dir, self.cfg.job_uid, self.cfg.job_gid)
 
     # -- observe ----------------------------------------------------------------------------

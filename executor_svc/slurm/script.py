@@ -16,7 +16,9 @@ What the script does, in order:
    capsule never ran, the failure is the platform's);
 4. the capsule, `sh $FORGE_CAPSULE_DIR/bootstrap.sh`, as one task on the first node of pool 0,
    through the fleet's container runtime (pyxis `srun --container-image`, `apptainer exec`) or
-   bare on the host; the script's exit code is the capsule's.
+   bare on the host; the script's exit code is the capsule's. Right before, the script checks
+   bootstrap.sh against the digest the executor verified (exit 97 on a mismatch, as bootstrap's
+   own integrity failures): bootstrap.sh checks everything else, so nothing changed runs.
 
 When the script ends, Slurm ends the remaining steps (the Ray nodes) itself.
 """
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 OUTCOME_FILE = "outcome"
 STARTED_FILE = "started"
 RAY_FAILED_EXIT = 96  # the Ray cluster did not come up; bootstrap owns 97 and 98
+PRECHECK_EXIT = 97  # bootstrap.sh itself does not match its digest (bootstrap's own integrity code)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _POOL = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -87,6 +90,8 @@ class ScriptSpec:
     container: Container | None = None
     ray: RaySpec | None = None
     preamble: Sequence[str] = ()
+    # sha256 of bootstrap.sh from the capsule manifest; empty: not checked by the script.
+    bootstrap_sha256: str = ""
 
     @property
     def heterogeneous(self) -> bool:
@@ -323,9 +328,24 @@ def _capsule_section(spec: ScriptSpec) -> list[str]:
     return [
         "",
         f"# --- the capsule, one task on the first node of pool {head.pool} ---",
+        *_bootstrap_check(spec.bootstrap_sha256),
         _step(spec, opts, command, head.gpus_per_node) + " &",
         'sf_wait "$!"',
         "sf_finish $? capsule",
+    ]
+
+
+def _bootstrap_check(digest: str) -> list[str]:
+    """Refuse to run a bootstrap.sh whose content is not the manifest's (exit 97, PRECHECK)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        return []
+    return [
+        "sf_boot=$(sha256sum \"$FORGE_CAPSULE_DIR/bootstrap.sh\" 2>/dev/null | cut -d' ' -f1)",
+        f'if [ "$sf_boot" != {digest} ]; then',
+        '\techo "starforge: capsule integrity check failed: capsule/bootstrap.sh: expected sha256 '
+        f'{digest}, found ${{sf_boot:-nothing}}; refusing to run it" >&2',
+        f"\tsf_finish {PRECHECK_EXIT} capsule",
+        "fi",
     ]
 
 

@@ -6,6 +6,7 @@
                               /started       written by the batch script when it starts (kept)
                               /outcome       exit code, signal, end time, written last (kept)
                               /capsule       capsule files          } removed by Cleanup
+                              /datasets      dataset files          }
                               /workspace     the packed lab (cwd)   }
                               /scratch       FORGE_SCRATCH_DIR      }
     <staging_dir>/.blobs                     content-addressed blob cache (bundle.py)
@@ -54,9 +55,9 @@ class AttemptDirs(BaseAttemptDirs):
     def outcome(self) -> Path:
         return self.root / OUTCOME_FILE
 
-    def removable(self) -> tuple[Path, Path, Path]:
+    def removable(self) -> tuple[Path, ...]:
         """What Cleanup removes (record, script, log and markers stay readable)."""
-        return (self.capsule, self.workspace, self.scratch)
+        return (self.capsule, self.datasets, self.workspace, self.scratch)
 
 
 @dataclass(frozen=True)
@@ -168,13 +169,25 @@ def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     return text[-lines:]
 
 
+def secure_roots(staging_dir: Path, out_root: Path, cache_dir: Path) -> None:
+    """Jobs traverse the staging and out roots but never list them; the cache is the executor's."""
+    for d, mode in ((staging_dir, 0o711), (out_root, 0o711), (cache_dir, 0o700)):
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, mode)
+
+
 def hand_over(dirs: AttemptDirs, out_dir: Path, uid: int, gid: int) -> None:
     """Give the job user what it writes: the attempt dir (log, markers), workspace (its cwd),
-    scratch and the out dir. Capsule files stay the executor's (hard links into the cache)."""
+    scratch and the out dir, each 0700: a job running as another uid sees none of it. Capsule
+    and dataset files stay the executor's, read-only (links into the cache, or private copies)."""
+    for path in (dirs.root, dirs.scratch, out_dir):
+        if uid >= 0:
+            os.chown(path, uid, gid)
+        os.chmod(path, 0o700)
+    for path in (dirs.capsule, dirs.datasets):
+        os.chmod(path, 0o755)  # noqa: S103 - inside the 0700 attempt dir: read-only for the job
     if uid < 0:
         return
-    for path in (dirs.root, dirs.scratch, out_dir):
-        os.chown(path, uid, gid)
     for top, subdirs, files in os.walk(dirs.workspace):
         os.chown(top, uid, gid)
         for name in (*subdirs, *files):

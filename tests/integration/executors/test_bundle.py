@@ -39,20 +39,23 @@ async def test_materialize_places_every_file_from_the_cache(blobs: BlobServer, t
     )
     capsule_dir, workspace_dir, cache_dir, datasets_dir = _dirs(tmp_path)
 
-    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir, datasets_dir)
+    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir, datasets_dir, share_cache=True)
 
     assert (capsule_dir / "bootstrap.sh").read_bytes() == b"echo hi\n"
     assert (workspace_dir / "experiments/demo/config.yaml").read_bytes() == b"lr: 0.1\n"
     assert (datasets_dir / "train" / "part-0.jsonl").read_bytes() == data
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
-    assert mode(capsule_dir / "bootstrap.sh") == 0o755
+    # capsule and dataset files are read-only, workspace files the job's
+    assert mode(capsule_dir / "bootstrap.sh") == 0o555
+    assert mode(datasets_dir / "train" / "part-0.jsonl") == 0o444
     assert mode(workspace_dir / "train.sh") == 0o755
     assert mode(workspace_dir / "experiments/demo/config.yaml") == 0o644
     # same content, different modes: two cache entries, each file keeps its own mode
     assert mode(workspace_dir / "same-content-a.txt") == 0o644
     assert mode(workspace_dir / "deep/er/same-content-b.txt") == 0o755
-    # content-addressed cache; capsule and dataset files are hard links into it, workspace files
-    # are copies (a job that edits its workspace in place must not corrupt the cache)
+    # content-addressed cache; capsule and dataset files are hard links into it (share_cache: the
+    # job cannot write them), workspace files are copies (a job that edits its workspace in place
+    # must not corrupt the cache)
     digest = hashlib.sha256(b"lr: 0.1\n").hexdigest()
     cached = cache_dir / digest[:2] / digest
     assert cached.read_bytes() == b"lr: 0.1\n"
@@ -64,6 +67,49 @@ async def test_materialize_places_every_file_from_the_cache(blobs: BlobServer, t
     boot = hashlib.sha256(b"echo hi\n").hexdigest()
     assert os.path.samefile(cache_dir / boot[:2] / (boot + ".x"), capsule_dir / "bootstrap.sh")
     assert not list((cache_dir / "tmp").iterdir())
+    assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o700
+
+
+async def test_without_share_cache_capsule_and_datasets_are_private_read_only_copies(
+    blobs: BlobServer, tmp_path: pathlib.Path
+) -> None:
+    req = launch_request(blobs, shell_capsule("echo private\n"))
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    boot = hashlib.sha256(b"echo private\n").hexdigest()
+    assert not os.path.samefile(cache_dir / boot[:2] / boot, capsule_dir / "bootstrap.sh")
+    assert stat.S_IMODE((capsule_dir / "bootstrap.sh").stat().st_mode) == 0o555
+    assert stat.S_IMODE((cache_dir / boot[:2] / boot).stat().st_mode) == 0o444
+
+
+async def test_a_modified_cache_entry_is_evicted_and_the_launch_refused(
+    blobs: BlobServer, tmp_path: pathlib.Path
+) -> None:
+    req = launch_request(blobs, shell_capsule("echo original\n"))
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    boot = hashlib.sha256(b"echo original\n").hexdigest()
+    entry = cache_dir / boot[:2] / boot
+    entry.chmod(0o644)
+    entry.write_bytes(b"echo evil\n")
+    with pytest.raises(errors.FailedPrecondition) as e:
+        await bundle.materialize(req, tmp_path / "c2", tmp_path / "w2", cache_dir)
+    assert "capsule/bootstrap.sh: the executor's cache entry" in e.value.message
+    assert not entry.exists() and not (tmp_path / "c2" / "bootstrap.sh").exists()
+    await bundle.materialize(req, tmp_path / "c3", tmp_path / "w3", cache_dir)  # fetched afresh
+    assert (tmp_path / "c3" / "bootstrap.sh").read_bytes() == b"echo original\n"
+
+
+async def test_verify_bootstrap_refuses_a_changed_file(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    req = launch_request(blobs, shell_capsule("echo checked\n"))
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    bundle.verify_bootstrap(req, capsule_dir)
+    (capsule_dir / "bootstrap.sh").chmod(0o755)
+    (capsule_dir / "bootstrap.sh").write_bytes(b"echo tampered\n")
+    with pytest.raises(errors.FailedPrecondition) as e:
+        bundle.verify_bootstrap(req, capsule_dir)
+    assert "capsule/bootstrap.sh does not match the capsule manifest" in e.value.message
 
 
 async def test_cached_blobs_are_reused_without_the_blob_service(blobs: BlobServer, tmp_path: pathlib.Path) -> None:

@@ -202,7 +202,7 @@ async def test_lifecycle_over_grpc(blobs: BlobServer, stub: ex_grpc.ExecutorServ
     assert list(obs.log_tail) == ["started", "finished"]
     assert obs.HasField("end_time")
     removed = await stub.Cleanup(ex_pb.CleanupRequest(attempt_id=req.attempt_id), metadata=AUTH, timeout=10)
-    assert removed.removed == 3
+    assert removed.removed == 4  # capsule, datasets, workspace, scratch
 
     sleeper = launch_request(blobs, shell_capsule("sleep 600\n"))
     await stub.Launch(sleeper, metadata=AUTH, timeout=30)

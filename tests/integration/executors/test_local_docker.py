@@ -205,7 +205,7 @@ async def test_cleanup_removes_the_container_but_keeps_out_and_logs(
     (out / "release").touch()
     await wait_for(executor, req.attempt_id, timeout=60)
 
-    assert await executor.cleanup(req.attempt_id) == 4  # container, capsule, workspace, scratch
+    assert await executor.cleanup(req.attempt_id) == 5  # container, capsule, datasets, workspace, scratch
     assert containers_of(dockerd, req.attempt_id) == []
     attempt = executor.layout.attempt(req.attempt_id)
     assert not attempt.scratch.exists()

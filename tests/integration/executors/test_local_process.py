@@ -239,7 +239,7 @@ async def test_cleanup_keeps_out_dir_logs_and_the_outcome(executor: LocalExecuto
     (out / "release").touch()
     await wait_for(executor, req.attempt_id)
     attempt = executor.layout.attempt(req.attempt_id)
-    assert await executor.cleanup(req.attempt_id) == 3  # capsule, workspace, scratch
+    assert await executor.cleanup(req.attempt_id) == 4  # capsule, datasets, workspace, scratch
     assert not attempt.capsule.exists()
     assert not attempt.workspace.exists()
     assert not attempt.scratch.exists()
@@ -332,8 +332,9 @@ async def test_cpu_slots_bound_concurrent_cpu_attempts(executor: LocalExecutor, 
     assert not (await executor.launch(third)).already_launched
 
 
-async def test_a_corrupted_cache_entry_is_caught_by_bootstrap(executor: LocalExecutor, blobs: BlobServer) -> None:
-    """Cached blobs are not re-hashed on reuse; the real bootstrap.sh catches a corrupted one."""
+async def test_a_corrupted_cache_entry_is_refused_at_launch(executor: LocalExecutor, blobs: BlobServer) -> None:
+    """The executor re-hashes a changed cache entry before placing it: the launch is refused,
+    naming the file, the entry is evicted, and the next launch fetches a fresh copy."""
     runner = "import os, sys\nprint('runner ran for', os.environ['FORGE_ATTEMPT_ID'])\n"
     job_id = ids.new_job_id()
     train = b"#!/bin/sh\necho training " + os.urandom(8).hex().encode() + b"\n"
@@ -346,16 +347,20 @@ async def test_a_corrupted_cache_entry_is_caught_by_bootstrap(executor: LocalExe
     assert obs.log_tail == [f"runner ran for {req1.attempt_id}"]
 
     digest = next(f.sha256 for f in req1.spec.workspace.files if f.path == "train.sh")
-    cached = bundle.cache_path(executor.layout.cache_dir, digest, executable=True)
-    with cached.open("r+b") as f:  # in place: the cache entry (and its links) now differ
+    cached = bundle.cache_path(executor.layout.cache_dir, digest)
+    cached.chmod(0o644)
+    with cached.open("r+b") as f:  # in place: the cache entry now differs from its name
         f.write(b"#!/bin/sh\necho evil\n")
 
     second = verified_capsule(runner, workspace, job_id=job_id, attempt_id=f"{job_id}.2")
     req2 = launch_request(blobs, second, job_id=job_id, attempt_number=2)
+    with pytest.raises(errors.FailedPrecondition) as refused:
+        await executor.launch(req2)
+    assert refused.value.message.startswith("workspace/train.sh: the executor's cache entry"), refused.value
+    assert f"expected sha256 {digest}" in refused.value.message
+    assert not cached.exists()
+
     await executor.launch(req2)
     obs = await wait_for(executor, req2.attempt_id)
-    assert (obs.state, obs.exit_code, obs.failure_class) == (st.JOB_STATE_FAILED, 97, st.FAILURE_CLASS_PRECHECK)
-    assert any(
-        line.startswith(f"starforge: capsule integrity check failed: workspace/train.sh: expected sha256 {digest}")
-        for line in obs.log_tail
-    ), obs.log_tail
+    assert obs.state == st.JOB_STATE_SUCCEEDED, obs.log_tail
+    assert cached.read_bytes() == train

@@ -162,7 +162,7 @@ async def test_launch_is_idempotent_keeps_secrets_out_and_a_new_executor_finds_i
         assert [j.labels[LABEL_EXECUTOR] for j in jobs] == [ex.cfg.executor_name]
 
         # Cleanup frees the staged files but keeps the log, the outcome and FORGE_OUT_DIR.
-        assert await again.cleanup(attempt) == 3
+        assert await again.cleanup(attempt) == 4  # capsule, datasets, workspace, scratch
         dirs = again.layout.attempt(attempt)
         assert not dirs.capsule.exists() and not dirs.workspace.exists() and not dirs.scratch.exists()
         assert dirs.log.exists() and dirs.outcome.exists()
@@ -255,7 +255,7 @@ async def test_stop_cancels_a_running_job_and_a_second_stop_returns_false(
     forget(ex, attempt)
     (late,) = await ex.observe([attempt])
     assert late.state == st.JOB_STATE_STOPPED, late
-    assert await ex.cleanup(attempt) == 3
+    assert await ex.cleanup(attempt) == 4
 
 
 async def test_heterogeneous_job_runs_one_component_per_pool(

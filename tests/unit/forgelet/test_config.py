@@ -25,6 +25,7 @@ local:
   runtime: docker
   state_dir: {state}
   docker: {{base_url: unix:///run/d.sock}}
+  job_uid_range: [200000, 265535]
 """
 
 
@@ -39,6 +40,7 @@ def test_forgelet_config_file_and_environment(tmp_path: pathlib.Path) -> None:
     local = cfg.local_config(list(cfg.inventory))
     assert (local.node_name, local.state_dir, local.docker.base_url) == ("n1", tmp_path / "st", "unix:///run/d.sock")
     assert local.inventory[0].real_gpus is False
+    assert local.job_uid_range == [200000, 265535]  # the node's process runtime isolates jobs too
 
 
 @pytest.mark.parametrize(

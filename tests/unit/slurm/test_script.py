@@ -174,3 +174,13 @@ def test_ray_is_for_several_nodes_or_pools() -> None:
     assert not wants_ray([Component("main", 1, 8)])
     assert wants_ray([Component("main", 2, 8)])
     assert wants_ray([Component("main", 1), Component("aux", 1)])
+
+
+def test_bootstrap_is_checked_against_its_digest_right_before_it_runs() -> None:
+    digest = "ab" * 32
+    script = build_script(spec([Component("main", 1)], bootstrap_sha256=digest))
+    bash_syntax_ok(script)
+    check = script.index(f'if [ "$sf_boot" != {digest} ]; then')
+    assert check < script.index('sh "$FORGE_CAPSULE_DIR/bootstrap.sh" &')
+    assert "sf_finish 97 capsule" in script[check:]
+    assert "sf_boot" not in build_script(spec([Component("main", 1)]))
