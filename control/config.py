@@ -121,6 +121,7 @@ class ControlConfig:
     # HuggingFace precheck at admission (models/datasets exist; gated ones accessible).
     hf_precheck: bool = True
     hf_endpoint: str = "https://huggingface.co"
+    # Read-only HuggingFace token for the admission precheck only: it is never put into a job.
     hf_token: str = ""
     log_level: str = "info"
 

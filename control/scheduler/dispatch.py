@@ -24,7 +24,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import assembly, auth, datasets, metrics, windows
+from control import assembly, datasets, launch_secrets, metrics, windows
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
@@ -201,7 +201,6 @@ class Scheduler:
                 s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=what, now=now
             )
             return None
-        token, _ = auth.issue_token(s, job.owner, "run", name=f"run {attempt.id}", job_id=job.id)
         spec = job_spec_pb2.JobSpec()
         spec.ParseFromString(job.spec)
         root = job
@@ -227,15 +226,13 @@ class Scheduler:
             job.runtime_id,
             self.ctx.assets,
             self.ctx.store,
-            run_token=token,
             public_address=self.ctx.public_address,
             public_http_url=self.ctx.public_http_url,
             stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
-            secret_env={"HF_TOKEN": self.ctx.cfg.hf_token} if self.ctx.cfg.hf_token else None,
             datasets=datasets.resolved(s, spec),
         )
-        data = launch.SerializeToString()
-        attempt.launch = data
+        attempt.launch = launch_secrets.stored_form(launch)
+        data = launch_secrets.resolve_launch(s, attempt).SerializeToString()
         attempt.capsule_digest = launch.capsule.capsule_digest
         if number == 1:
             prov = job_spec_pb2.Provenance()

@@ -26,7 +26,7 @@ from starforge.forgelet.v1 import node_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
-from control import nodes
+from control import launch_secrets, nodes
 from control.context import Context
 from control.db import models as m
 from control.ledger import jobs, outcomes, platform
@@ -173,7 +173,9 @@ class Reconciler:
             if not take_lease(s, attempt_id, self.ctx.replica_id, now):
                 return None
             a = jobs.get_attempt(s, attempt_id)
-            return a.job_id, a.launch
+            # The ledger keeps no credentials: this send gets a fresh run token (the first
+            # send's stays valid for this attempt: it may have reached the executor).
+            return a.job_id, launch_secrets.resolve_launch(s, a).SerializeToString()
 
         got = await self.ctx.db.run(lease)
         if got is not None:

@@ -131,7 +131,9 @@ class _Background:
             spec = (await c.get(job.job_id)).spec
             # a run token of that job, so IngestService is fuzzed past its scope check
             run_token, _ = await c.app.ctx.db.run(
-                lambda s: auth.issue_token(s, "admin", "run", name="fuzz", job_id=job.job_id)
+                lambda s: auth.issue_token(
+                    s, "admin", "run", name="fuzz", job_id=job.job_id, attempt_id=f"{job.job_id}.1"
+                )
             )
             node = ForgeletProcess("fz", self.root / "forgelet", c.address, c.token, runtime="process", gpus=2)
             await asyncio.to_thread(node.start)

@@ -197,12 +197,20 @@ class ErrorReason(betterproto2.Enum):
 
     TOKEN_SCOPE = 19
     """
-    PERMISSION_DENIED: an ingest token used for another run, or after its run ended.
+    PERMISSION_DENIED: a run token used for another attempt (or another run's blobs), or after
+    its attempt ended and the grace for draining its journal ran out.
     """
 
     ALREADY_EXISTS = 20
     """
     ALREADY_EXISTS: the object exists (dataset version, user).
+    """
+
+    ATTEMPT_ENDED = 27
+    """
+    PERMISSION_DENIED: a lifecycle record (COMMAND_STARTED, COMMAND_EXITED, RUNNER_*) for an
+    attempt that has already ended: nothing may change an ended attempt's outcome. Its logs and
+    metrics are still accepted while its run token's drain grace lasts.
     """
 
     @classmethod
@@ -229,6 +237,7 @@ class ErrorReason(betterproto2.Enum):
             18: "ERROR_REASON_INTERNAL",
             19: "ERROR_REASON_TOKEN_SCOPE",
             20: "ERROR_REASON_ALREADY_EXISTS",
+            27: "ERROR_REASON_ATTEMPT_ENDED",
         }
 
     @classmethod
@@ -255,6 +264,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INTERNAL": 18,
             "ERROR_REASON_TOKEN_SCOPE": 19,
             "ERROR_REASON_ALREADY_EXISTS": 20,
+            "ERROR_REASON_ATTEMPT_ENDED": 27,
         }
 
 
