@@ -29,7 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env
+from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env, write_token_file
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
 
@@ -142,6 +142,7 @@ class ProcessRuntime(Runtime):
                 extra=extra,
             )
         )
+        write_token_file(spec.request, dirs.scratch)
         child = await asyncio.to_thread(_spawn, dirs.capsule, dirs.root, dirs.workspace, dirs.log, env)
         self._children[record.attempt_id] = child
         record.pid = child.pid
