@@ -75,11 +75,11 @@ for k, v in os.environ.items():
     scan("own environment", f"{k}={v}".encode())
 env_names = sorted(k for k in os.environ if k.startswith("FORGE_INGEST_TOKEN"))
 scratch = os.environ["FORGE_SCRATCH_DIR"]
-scratch_files = []
+token_file = os.path.exists(os.path.join(scratch, ".forge-ingest-token"))
 for top, dirs, files in os.walk(scratch):
+    dirs[:] = [d for d in dirs if d != ".pex"]  # the runner's unpacked wheels
     for name in files:
         path = os.path.join(top, name)
-        scratch_files.append(os.path.relpath(path, scratch))
         try:
             with open(path, "rb") as f:
                 scan("scratch " + path, f.read(1 << 24))
@@ -154,7 +154,7 @@ for pid in ancestors:
 
 print("STEAL " + json.dumps({
     "found": found, "denied": denied, "read": read, "runner": runner, "ancestors": ancestors,
-    "env_names": env_names, "scratch_files": scratch_files,
+    "env_names": env_names, "token_file": token_file,
 }), flush=True)
 """
 
