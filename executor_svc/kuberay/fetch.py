@@ -166,6 +166,7 @@ def fetch_group(base: str, token: str, digest: str, targets: list[tuple[str, int
 
 def write_token(path: str, token: str) -> None:
     """The run token for the runner: readable by this user only, never written through a link."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)  # the scratch emptyDir's mount
     if os.path.lexists(path):
         os.unlink(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

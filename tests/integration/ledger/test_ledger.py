@@ -7,10 +7,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import select
 from starforge.control.v1 import error_reason_pb2
+from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_pb2, lifecycle_event_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
+from control import launch_secrets
 from control.db import models as m
 from control.db.engine import Database
 from control.ledger import jobs, outcomes
@@ -91,6 +93,29 @@ def test_ingest_token_scope(db: Database) -> None:
     aid = db.run_sync(lambda s: f.attempt(s, f.job(s), to=sm.PENDING).id)
     with pytest.raises(errors.PermissionDenied, match="another attempt"):
         db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(1, "x")], scope_attempt_id="jother.1"))
+
+
+def test_every_send_gets_a_fresh_attempt_token_and_the_ledger_keeps_none(db: Database) -> None:
+    def go(s):  # type: ignore[no-untyped-def]
+        a = f.attempt(s, f.job(s), to=sm.SUBMITTED)
+        full = lr.LaunchRequest(
+            attempt_id=a.id,
+            ingest=lr.IngestTarget(address="console:1", token="sfr_aaaaaaaaaa_old"),
+            blob_source=lr.BlobSource(address="console:1", token="sfr_aaaaaaaaaa_old"),
+            secret_env={"HF_TOKEN": "hf_secret"},
+        )
+        a.launch = launch_secrets.stored_form(full)
+        first, second = launch_secrets.resolve_launch(s, a), launch_secrets.resolve_launch(s, a)
+        scopes = [t.attempt_id for t in s.scalars(select(m.Token).where(m.Token.kind == "run"))]
+        return a.id, a.launch, first, second, scopes
+
+    aid, stored, first, second, scopes = db.run_sync(go)
+    kept = lr.LaunchRequest.FromString(stored)
+    assert (kept.ingest.token, kept.blob_source.token, dict(kept.secret_env)) == ("", "", {})
+    assert kept.ingest.address == "console:1"
+    assert first.ingest.token.startswith("sfr_") and first.blob_source.token == first.ingest.token
+    assert second.ingest.token != first.ingest.token
+    assert scopes == [aid, aid]
 
 
 def test_an_ended_attempt_takes_logs_but_no_lifecycle(db: Database) -> None:
