@@ -11,7 +11,6 @@ The runner does the same for itself (capsule/runner/secrecy.py, which may not im
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 PR_SET_DUMPABLE = 4
@@ -22,7 +21,8 @@ def make_undumpable() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # CDLL(None): the C library this process already has (find_library would run ldconfig)
+        libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False

@@ -11,7 +11,6 @@ it before the training command starts.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import pathlib
 import sys
@@ -27,7 +26,8 @@ def make_undumpable() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # CDLL(None): the C library this process already has (find_library would run ldconfig)
+        libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
