@@ -111,8 +111,8 @@ class Runner:
         return code
 
     async def _drain(self, sender: IngestSender, journal: Journal) -> None:
-        if await sender.drain(self._settings.drain_seconds):
-            return
+        if await sender.drain(self._settings.drain_seconds) or sender.refusal is not None:
+            return  # (a refusal was said when it came)
         print(
             f"starforge: {journal.unacked} records were not acknowledged by the console within "
             f"{self._settings.drain_seconds:g} s (FORGE_INGEST_DRAIN_SECONDS); they remain in "

@@ -294,6 +294,27 @@ async def test_unreachable_console_does_not_stop_training_and_drain_is_bounded(
     assert ingest.records == {}
 
 
+async def test_a_console_that_refuses_the_attempt_is_not_retried_until_the_drain_deadline(
+    tmp_path: pathlib.Path, capsule_manifest: dict[str, Any], ingest: FakeIngest
+) -> None:
+    # The console answers PERMISSION_DENIED (the token is not for this attempt, or the attempt
+    # has ended): retrying cannot help, so the runner stops sending instead of waiting out a
+    # 600 s drain, and exits with the command's code.
+    launch = lay_out(
+        tmp_path,
+        capsule_manifest,
+        demo_workspace("echo working\nexit 3\n"),
+        ingest_addr=ingest.address,
+        attempt_id="jtest0000000001.2",
+        env={"FORGE_INGEST_DRAIN_SECONDS": "600"},
+    )
+    result = await run_capsule(launch, timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert "the console refuses this attempt's records (PERMISSION_DENIED" in result.stderr
+    assert "were not acknowledged" not in result.stderr
+    assert ingest.records == {}
+
+
 async def test_lost_acknowledgements_are_recovered_from_the_cursor(
     tmp_path: pathlib.Path, capsule_manifest: dict[str, Any], ingest: FakeIngest
 ) -> None:
