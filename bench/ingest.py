@@ -1,11 +1,12 @@
 """Ingest: metric points accepted and stored per second from 100 concurrent runs.
 
 Ours: the real embedded console (its own process, SQLite ledger). 100 runs exist in the ledger as
-dispatch leaves them (a job row, an ended attempt, a run token scoped to the job: made with the
-control plane's own models and `auth.issue_token` before the console starts; ended attempts, so the
-reconciler leaves them alone). Two load-generator processes hold 50 `IngestService.Report` streams
-each (real gRPC, each with its run token) and send what the capsule's sender sends: batches of 128
-records of 10 metric points, at most 1024 records in flight per stream. A point counts once the
+dispatch leaves them (a job row, an ended attempt, a run token scoped to the attempt: made with the
+control plane's own models and `auth.issue_run_token` before the console starts; ended attempts, so
+the reconciler leaves them alone, and an ended attempt still takes metrics within its token's
+grace). Two load-generator processes hold 50 `IngestService.Report` streams each (real gRPC,
+each with its run token) and send what the capsule's sender sends: batches of 128 records of 10
+metric points, at most 1024 records in flight per stream. A point counts once the
 server acknowledged its record (acks follow the commit). The stored row count is checked at the end.
 
 Peer: a local MLflow tracking server (`mlflow server`, SQLite backend store, its default workers),
@@ -74,7 +75,7 @@ def make_runs(state_dir: pathlib.Path, owner: str, n: int) -> list[tuple[str, st
                     created_at=now, ended_at=now, cleaned_at=now,
                 )
             )  # fmt: skip
-            token, _ = auth.issue_token(s, owner, "run", name=f"run {attempt_id}", job_id=job_id)
+            token = auth.issue_run_token(s, owner, job_id, attempt_id)
             out.append((attempt_id, token))
         return out
 

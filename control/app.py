@@ -167,20 +167,20 @@ def bootstrap_admin(db: Database, name: str, state_dir: pathlib.Path) -> pathlib
 
 
 class RunBlobs:
-    """Which blobs a run token may read: its attempts' capsule, workspace and dataset files."""
+    """Which blobs a run token may read: its attempt's capsule, workspace and dataset files."""
 
     def __init__(self, db: Database, size: int = 256) -> None:
         self.db = db
         self.size = size
         self._cache: OrderedDict[str, set[str]] = OrderedDict()
 
-    async def allowed(self, job_id: str, digest: str) -> bool:
-        digests = self._cache.get(job_id)
+    async def allowed(self, attempt_id: str, digest: str) -> bool:
+        digests = self._cache.get(attempt_id)
         if digests is None or digest not in digests:
 
             def load(s: Session) -> set[str]:
                 out: set[str] = set()
-                for data in s.scalars(select(m.Attempt.launch).where(m.Attempt.job_id == job_id)):
+                for data in s.scalars(select(m.Attempt.launch).where(m.Attempt.id == attempt_id)):
                     if data:
                         req = lr.LaunchRequest()
                         req.ParseFromString(data)
@@ -188,7 +188,7 @@ class RunBlobs:
                 return out
 
             digests = await self.db.run(load)
-            self._cache[job_id] = digests
+            self._cache[attempt_id] = digests
             while len(self._cache) > self.size:
                 self._cache.popitem(last=False)
         return digest in digests

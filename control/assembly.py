@@ -103,15 +103,14 @@ def build_launch(
     assets: CapsuleAssets,
     store: BlobStore,
     *,
-    run_token: str,
     public_address: str,
     public_http_url: str = "",
     ca_pem: str = "",
     stop_grace_seconds: int,
-    secret_env: dict[str, str] | None = None,
     datasets: Sequence[lr.ResolvedDataset] = (),
 ) -> lr.LaunchRequest:
-    """The LaunchRequest of one attempt; stores its capsule.json in `store`."""
+    """The LaunchRequest of one attempt, without credentials (`launch_secrets.resolve_launch` adds
+    them when it is sent); stores its capsule.json in `store`."""
     cj = capsule_json(info, spec, pools, recipe, resolved_config, assets)
     cj_digest = store.put_bytes(cj)
     capsule = lr.Capsule(capsule_digest=cj_digest, runner_digest=assets.runner_digest)
@@ -132,10 +131,9 @@ def build_launch(
         image=image,
         runtime_id=runtime_id,
         capsule=capsule,
-        blob_source=lr.BlobSource(address=public_address, token=run_token, http_url=public_http_url, ca_pem=ca_pem),
-        ingest=lr.IngestTarget(address=public_address, token=run_token, ca_pem=ca_pem),
+        blob_source=lr.BlobSource(address=public_address, http_url=public_http_url, ca_pem=ca_pem),
+        ingest=lr.IngestTarget(address=public_address, ca_pem=ca_pem),
         env=env,
-        secret_env=secret_env or {},
         labels={LABEL_JOB: info.job_id, LABEL_ATTEMPT: info.attempt_id},
         datasets=list(datasets),
         resume=info.resume,

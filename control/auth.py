@@ -46,7 +46,8 @@ class Principal:
     admin: bool
     kind: str  # "pat", "run" or "node"
     token_id: str
-    job_id: str | None = None  # run tokens: the one job they may write to
+    job_id: str | None = None  # run tokens: the job of their attempt
+    attempt_id: str | None = None  # run tokens: the one attempt they may report for and read
 
     def can_see(self, owner: str) -> bool:
         return self.admin or self.user == owner
@@ -95,6 +96,7 @@ def issue_token(
     name: str = "",
     ttl_seconds: float | None = None,
     job_id: str | None = None,
+    attempt_id: str | None = None,
 ) -> tuple[str, m.Token]:
     """Create a token; returns (secret token, row). The secret is not stored."""
     token, token_id, secret_hash = new_token(kind)
@@ -106,6 +108,7 @@ def issue_token(
         secret_hash=secret_hash,
         kind=kind,
         job_id=job_id,
+        attempt_id=attempt_id,
         created_at=now,
         expires_at=now + ttl_seconds if ttl_seconds else None,
     )
@@ -113,10 +116,21 @@ def issue_token(
     return token, row
 
 
-def expire_run_tokens(s: Session, job_id: str, grace_seconds: float = RUN_TOKEN_GRACE_SECONDS) -> None:
-    """A run's tokens expire with it (after a grace period for the capsule to drain its journal)."""
+def issue_run_token(s: Session, owner: str, job_id: str, attempt_id: str) -> str:
+    """A new run token for one attempt (the secret; only its hash is stored).
+
+    Every launch of an attempt gets its own token (a re-sent launch a fresh one): tokens are never
+    kept in plain text, so a resend cannot reuse the first one."""
+    token, _ = issue_token(s, owner, "run", name=f"run {attempt_id}", job_id=job_id, attempt_id=attempt_id)
+    return token
+
+
+def expire_run_tokens(s: Session, attempt_id: str, grace_seconds: float = RUN_TOKEN_GRACE_SECONDS) -> None:
+    """An attempt's run tokens expire when it ends, after a grace period for the capsule to drain
+    its journal (logs and metrics; ingest refuses records that would change the outcome of an
+    ended attempt, see telemetry.ingest)."""
     deadline = time.time() + grace_seconds
-    for row in s.scalars(select(m.Token).where(m.Token.job_id == job_id, m.Token.kind == "run")):
+    for row in s.scalars(select(m.Token).where(m.Token.attempt_id == attempt_id, m.Token.kind == "run")):
         if row.expires_at is None or row.expires_at > deadline:
             row.expires_at = deadline
 
@@ -159,7 +173,14 @@ class TokenVerifier:
             if row.last_used_at is None or row.last_used_at < time.time() - 60:
                 row.last_used_at = time.time()
             return (
-                Principal(user=user.name, admin=user.admin, kind=row.kind, token_id=row.id, job_id=row.job_id),
+                Principal(
+                    user=user.name,
+                    admin=user.admin,
+                    kind=row.kind,
+                    token_id=row.id,
+                    job_id=row.job_id,
+                    attempt_id=row.attempt_id,
+                ),
                 row.expires_at,
             )
 

@@ -122,6 +122,7 @@ class ControlConfig:
     # HuggingFace precheck at admission (models/datasets exist; gated ones accessible).
     hf_precheck: bool = True
     hf_endpoint: str = "https://huggingface.co"
+    # Read-only HuggingFace token for the admission precheck only: it is never put into a job.
     hf_token: str = ""
     # The key secrets are sealed with (32 random bytes, mode 0600; every replica reads the same
     # file). Empty: the console keeps no secrets. `sf up` creates <state_dir>/secrets.key.

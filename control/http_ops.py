@@ -117,10 +117,10 @@ class OpsServer:
             p = self._principal(h.headers.get("Authorization"))
             if p.kind == "run":
                 ok: bool = asyncio.run_coroutine_threadsafe(
-                    self.run_blob_check(p.job_id or "", digest), self.loop
+                    self.run_blob_check(p.attempt_id or "", digest), self.loop
                 ).result(30)
                 if not ok:
-                    raise errors.PermissionDenied("this run token may only read its own run's blobs")
+                    raise errors.PermissionDenied("this run token may only read its own attempt's blobs")
             elif p.kind != "pat":
                 raise errors.PermissionDenied(f"a {p.kind} token cannot read blobs")
             size = self.store.size(digest)

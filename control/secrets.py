@@ -9,8 +9,8 @@ key says so instead of failing at the first launch, and rows sealed with an old 
 (`secrets_old_key_files`) are re-sealed with the current one at start.
 
 Jobs carry references only (JobSpec.secrets). `resolve_secret_env` turns them into values at each
-launch; the LaunchRequest stored with the attempt never has them (`without_secret_env`), and a
-re-sent launch resolves them again (`with_secret_env`). Log lines of a job are masked at ingest
+launch; the LaunchRequest stored with the attempt never has them, and every send (the first and
+each re-send) resolves them again (`control.launch_secrets`). Log lines of a job are masked at ingest
 with that job's values (`MaskCache`).
 """
 
@@ -387,22 +387,6 @@ MASKED_NAMES_VAR = "FORGE_SECRET_ENV"
 def name_secret_env(launch: lr.LaunchRequest, values: dict[str, str]) -> None:
     if values:
         launch.env[MASKED_NAMES_VAR] = ",".join(sorted(values))
-
-
-def without_secret_env(launch: lr.LaunchRequest) -> bytes:
-    """The LaunchRequest as stored with the attempt: everything but the secret values."""
-    stored = lr.LaunchRequest()
-    stored.CopyFrom(launch)
-    stored.secret_env.clear()
-    return stored.SerializeToString()
-
-
-def with_secret_env(s: Session, job: m.Job, stored: bytes, keyring: Keyring) -> bytes:
-    """A stored LaunchRequest with its secrets resolved again (a re-sent launch)."""
-    launch = lr.LaunchRequest()
-    launch.ParseFromString(stored)
-    launch.secret_env.update(resolve_secret_env(s, job, keyring))
-    return launch.SerializeToString()
 
 
 # -- masking at ingest ---------------------------------------------------------------------------

@@ -6,6 +6,12 @@ The request's `env` and `secret_env` come first; the executor's own FORGE_* vari
 last so a request can never point FORGE_OUT_DIR (or any other path the executor owns) elsewhere.
 Paths are those the capsule sees: host paths for the process runtime, mount points for docker,
 shared-file-system paths for Slurm.
+
+The run token is never in this environment: a process's environment stays readable by every
+process of the same user (/proc/<pid>/environ), the training command's included. The executor
+writes it with `write_token_file` into the attempt's scratch directory (mode 0600) and passes only
+the file's path, FORGE_INGEST_TOKEN_FILE; the runner makes itself non-dumpable, reads the file and
+deletes it before the training command starts (capsule/runner/secrecy.py).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
@@ -20,6 +27,8 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 # the executor's environment holds its token and the control plane's settings.
 INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "TMPDIR")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The run token's file in the attempt's scratch directory (the runner deletes it when it starts).
+TOKEN_FILE = ".forge-ingest-token"  # noqa: S105 - a file name, not a token
 
 
 @dataclass(frozen=True)
@@ -62,8 +71,8 @@ def capsule_env(
             "FORGE_OUT_DIR": paths.out,
             "FORGE_SCRATCH_DIR": paths.scratch,
             "FORGE_INGEST_ADDR": request.ingest.address,
-            "FORGE_INGEST_TOKEN": request.ingest.token,
             "FORGE_INGEST_CA_PEM": request.ingest.ca_pem,
+            "FORGE_INGEST_TOKEN_FILE": f"{paths.scratch}/{TOKEN_FILE}",
             "FORGE_JOB_ID": request.job_id,
             "FORGE_ATTEMPT_ID": request.attempt_id,
             "FORGE_ATTEMPT_NUMBER": str(request.attempt_number),
@@ -72,6 +81,27 @@ def capsule_env(
         }
     )
     return env
+
+
+def write_token_file(
+    request: lr_pb.LaunchRequest, scratch: Path, *, uid: int | None = None, gid: int | None = None
+) -> Path:
+    """Write the attempt's run token to `scratch`/TOKEN_FILE (host path), readable by its owner
+    only: the executor's user, or `uid`/`gid` when the capsule runs as another user.
+
+    O_EXCL after removing any old file: a file (or link) planted there is replaced, never written
+    through."""
+    path = scratch / TOKEN_FILE
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        if uid is not None or gid is not None:
+            os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
+        os.write(fd, request.ingest.token.encode())
+    finally:
+        os.close(fd)
+    return path
 
 
 def stop_grace(request: lr_pb.LaunchRequest, default: float) -> float:

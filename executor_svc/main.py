@@ -32,6 +32,7 @@ from common.logs import setup_logging
 from common.server import create_server, serve_until_signal, service
 from common.tls import check_listen, server_credentials
 from common.tls import mode as tls_mode
+from common.undumpable import make_undumpable
 from executor_svc.config import load_service_config
 from executor_svc.registry import ExecutorKind, UnknownKind, get_kind, valid_kinds
 from executor_svc.service import ExecutorServicer
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"starforge-executor: {exc}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level)
+    make_undumpable()  # it holds run tokens; capsules of the same user must not read its memory
     remove_ready_file(args.ready_file)  # never let a caller read a previous run's address
     return asyncio.run(serve(kind, cfg, args.listen or cfg.listen, args.ready_file))
 

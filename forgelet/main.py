@@ -43,6 +43,7 @@ from common.rpc_status import from_rpc_error
 from common.server import create_server, serve_until_signal, service
 from common.tls import channel_credentials, check_listen, server_credentials
 from common.tls import mode as tls_mode
+from common.undumpable import make_undumpable
 from executor_svc.local.executor import LocalExecutor
 from forgelet import config as fcfg
 from forgelet.gpus import discover
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"forgelet: {exc}", file=sys.stderr)
             return 2
         setup_logging(cfg.log_level)
+        make_undumpable()  # it holds run tokens; capsules of the same user must not read its memory
         if args.ready_file is not None:
             args.ready_file.unlink(missing_ok=True)  # never let a caller read a previous run's address
         return asyncio.run(serve(cfg, args.listen or cfg.listen, args.ready_file))

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 
 from .capsule_file import CapsuleSpec
 
-# Never visible to training code: the ingest token is the runner's alone.
-SECRET_VARIABLES = ("FORGE_INGEST_TOKEN",)
+# Never visible to training code: the ingest token is the runner's alone (its file is deleted
+# before the command starts; FORGE_INGEST_TOKEN is never set by an executor, but stays stripped).
+SECRET_VARIABLES = ("FORGE_INGEST_TOKEN", "FORGE_INGEST_TOKEN_FILE")
 
 
 def training_env(

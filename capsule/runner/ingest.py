@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from grpclib.client import Channel, Stream
-from grpclib.const import Cardinality
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
 from sfpb.starforge.ingest import v1 as ingest
 
 from .journal import Journal
@@ -32,6 +33,10 @@ CURSOR_TIMEOUT = 10.0
 ACK_TIMEOUT = 20.0
 # A failure is printed once, then at most this often while it lasts.
 COMPLAIN_EVERY = 30.0
+# Answers that retrying cannot change: the run token is not (or no longer) valid for this
+# attempt, or the attempt has already ended. The sender stops instead of retrying until the drain
+# deadline (the journal keeps the records).
+FINAL_REFUSALS = (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -86,6 +91,7 @@ class IngestSender:
         self._last_complaint = 0.0
         self._failures = 0
         self.connected = False
+        self.refusal: str | None = None  # why the console refuses this attempt's records for good
 
     # -- called by the runner ----------------------------------------------------------------
 
@@ -98,6 +104,8 @@ class IngestSender:
         target = self._journal.last_seq
         self._drain_deadline = time.monotonic() + timeout
         while self._journal.acked_seq < target:
+            if self.refusal is not None:
+                return False
             left = self._drain_deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -128,6 +136,12 @@ class IngestSender:
                 await self._session(channel)
             except asyncio.CancelledError:
                 raise
+            except GRPCError as exc:
+                if exc.status in FINAL_REFUSALS:
+                    self._refused(exc)
+                    return
+                if not self._closing:
+                    self._complain(exc)
             except Exception as exc:
                 if not self._closing:
                     self._complain(exc)
@@ -227,6 +241,17 @@ class IngestSender:
         if self._journal.acked_seq != before:
             self._wake.set()
             self._acked.set()
+
+    def _refused(self, exc: GRPCError) -> None:
+        self.refusal = f"{exc.status.name}: {exc.message or 'refused'}"
+        self.connected = False
+        print(
+            f"starforge: the console refuses this attempt's records ({self.refusal}); "
+            f"{self._journal.unacked} records stay in the journal; no further retries",
+            file=sys.stderr,
+            flush=True,
+        )
+        self._acked.set()  # drain() returns at once
 
     def _complain(self, exc: BaseException) -> None:
         self._failures += 1

@@ -10,6 +10,7 @@ from the console) give SIGNALLED and a SIGTERM to the command's process group.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -23,6 +24,7 @@ from typing import Any
 
 from sfpb.starforge.ingest import v1 as ingest
 
+from . import secrecy
 from .adapters import AdapterContext, get_adapter
 from .capsule_file import CapsuleSpec, read_capsule
 from .diagnose import FailureHints
@@ -111,8 +113,8 @@ class Runner:
         return code
 
     async def _drain(self, sender: IngestSender, journal: Journal) -> None:
-        if await sender.drain(self._settings.drain_seconds):
-            return
+        if await sender.drain(self._settings.drain_seconds) or sender.refusal is not None:
+            return  # (a refusal was said when it came)
         print(
             f"starforge: {journal.unacked} records were not acknowledged by the console within "
             f"{self._settings.drain_seconds:g} s (FORGE_INGEST_DRAIN_SECONDS); they remain in "
@@ -312,8 +314,12 @@ def _binary(stream: Any) -> Any:
 
 def main(environ: dict[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
+    # Before the token is read: from now on same-user processes (the training command) cannot
+    # read this process's memory, environment or file descriptors.
+    secrecy.make_undumpable()
     try:
         settings = RunnerSettings.from_environ(env)
+        settings = dataclasses.replace(settings, ingest_token=secrecy.take_token(settings.ingest_token_file))
     except RunnerConfigError as exc:
         print(f"starforge: runner cannot start: {exc}", file=sys.stderr, flush=True)
         return EXIT_RUNNER_ERROR

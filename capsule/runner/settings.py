@@ -20,17 +20,25 @@ class RunnerSettings:
     workspace_dir: pathlib.Path
     scratch_dir: pathlib.Path
     ingest_addr: str
-    ingest_token: str
     # PEM CA bundle verifying the control plane's TLS certificate; empty: plaintext ingest.
     ingest_ca_pem: str
+    # FORGE_INGEST_TOKEN_FILE; `ingest_token` is what main read from it (see secrecy.py).
+    ingest_token_file: pathlib.Path
     drain_seconds: float
     stop_grace_seconds: float
+    ingest_token: str = ""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> RunnerSettings:
         missing = [
             name
-            for name in ("FORGE_CAPSULE_DIR", "FORGE_WORKSPACE_DIR", "FORGE_SCRATCH_DIR", "FORGE_INGEST_ADDR")
+            for name in (
+                "FORGE_CAPSULE_DIR",
+                "FORGE_WORKSPACE_DIR",
+                "FORGE_SCRATCH_DIR",
+                "FORGE_INGEST_ADDR",
+                "FORGE_INGEST_TOKEN_FILE",
+            )
             if not environ.get(name)
         ]
         if missing:
@@ -45,8 +53,8 @@ class RunnerSettings:
             workspace_dir=pathlib.Path(environ["FORGE_WORKSPACE_DIR"]),
             scratch_dir=pathlib.Path(environ["FORGE_SCRATCH_DIR"]),
             ingest_addr=environ["FORGE_INGEST_ADDR"],
-            ingest_token=environ.get("FORGE_INGEST_TOKEN", ""),
             ingest_ca_pem=environ.get("FORGE_INGEST_CA_PEM", ""),
+            ingest_token_file=pathlib.Path(environ["FORGE_INGEST_TOKEN_FILE"]),
             drain_seconds=_seconds(environ, "FORGE_INGEST_DRAIN_SECONDS", DEFAULT_DRAIN_SECONDS),
             stop_grace_seconds=_seconds(environ, "FORGE_STOP_GRACE_SECONDS", DEFAULT_STOP_GRACE_SECONDS),
         )

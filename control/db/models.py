@@ -38,7 +38,7 @@ class User(Base):
 
 
 class Token(Base):
-    """A personal access token ('pat'), a run token ('run', scoped to one job) or a node token."""
+    """A personal access token ('pat'), a run token ('run', scoped to one attempt) or a node token."""
 
     __tablename__ = "tokens"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -47,6 +47,8 @@ class Token(Base):
     secret_hash: Mapped[str] = mapped_column(String(128))
     kind: Mapped[str] = mapped_column(String(8))
     job_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    # Run tokens: the one attempt they may report for and read the blobs of.
+    attempt_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -65,8 +65,8 @@ def finish_attempt(
             job.diagnosis = diag.SerializeToString()
     attempt.reason = reason
     out = jobs.advance(s, job, attempt, target, reason, now=now)
-    if job.state in sm.TERMINAL or job.state == sm.PAUSED:
-        auth.expire_run_tokens(s, job.id)
+    if attempt.state not in sm.ACTIVE:
+        auth.expire_run_tokens(s, attempt.id)
     if job.state == sm.FAILED:
         out += maybe_auto_retry(s, job, attempt, now=now)
     if job.state in sm.TERMINAL:

@@ -24,7 +24,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import assembly, auth, datasets, metrics, secrets, windows
+from control import assembly, datasets, launch_secrets, metrics, windows
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
@@ -201,7 +201,6 @@ class Scheduler:
                 s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=what, now=now
             )
             return None
-        token, _ = auth.issue_token(s, job.owner, "run", name=f"run {attempt.id}", job_id=job.id)
         spec = job_spec_pb2.JobSpec()
         spec.ParseFromString(job.spec)
         root = job
@@ -227,14 +226,14 @@ class Scheduler:
             job.runtime_id,
             self.ctx.assets,
             self.ctx.store,
-            run_token=token,
             public_address=self.ctx.public_address,
             public_http_url=self.ctx.public_http_url,
             ca_pem=self.ctx.ca_pem,
             stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
             datasets=datasets.resolved(s, spec),
         )
-        data = self._with_secrets(s, job, attempt, launch)
+        attempt.launch = launch_secrets.stored_form(launch)
+        data = launch_secrets.send_form_or_fail(s, attempt, self.ctx.keyring)
         if data is None:
             return None
         attempt.capsule_digest = launch.capsule.capsule_digest
@@ -245,22 +244,6 @@ class Scheduler:
             prov.capsule_digest = launch.capsule.capsule_digest
             job.provenance = prov.SerializeToString()
         return Claimed(attempt.id, job.id, fleet, data)
-
-    def _with_secrets(self, s: Session, job: m.Job, attempt: m.Attempt, launch: lr.LaunchRequest) -> bytes | None:
-        """Store the LaunchRequest without secret values; return it with them for the executor
-        (None when a secret it names is gone: the attempt fails as a precheck)."""
-        try:
-            values = secrets.resolve_secret_env(s, job, self.ctx.keyring)
-        except errors.StarforgeError as e:
-            attempt.launch = launch.SerializeToString()
-            outcomes.finish_attempt(
-                s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=e.message
-            )
-            return None
-        secrets.name_secret_env(launch, values)
-        attempt.launch = secrets.without_secret_env(launch)
-        launch.secret_env.update(values)
-        return launch.SerializeToString()
 
     def decide(self, s: Session, now: float) -> tuple[placement.Decision, bool]:
         """This cycle's placement decision, and whether it was a full pass (see PER_OWNER)."""

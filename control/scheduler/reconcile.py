@@ -26,7 +26,7 @@ from starforge.forgelet.v1 import node_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
-from control import nodes, secrets
+from control import launch_secrets, nodes
 from control.context import Context
 from control.db import models as m
 from control.ledger import jobs, outcomes, platform
@@ -170,22 +170,18 @@ class Reconciler:
         self.ctx.notifier.notify(job_id, "schedule")
 
     def _launch_with_secrets(self, s: Session, attempt: m.Attempt) -> bytes | None:
-        """The stored LaunchRequest with its secrets resolved again (they are never stored); None
-        when a secret it names is gone, and the attempt fails as a precheck."""
-        job = jobs.get_job(s, attempt.job_id, for_update=True)
-        try:
-            return secrets.with_secret_env(s, job, attempt.launch, self.ctx.keyring)
-        except errors.StarforgeError as e:
-            outcomes.finish_attempt(
-                s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=e.message
-            )
-            return None
+        """The stored LaunchRequest with a fresh run token and its secrets resolved again (they are
+        never stored); None when a secret it names is gone, and the attempt fails as a precheck."""
+        return launch_secrets.send_form_or_fail(s, attempt, self.ctx.keyring)
 
     async def _relaunch(self, fleet: str, attempt_id: str, now: float) -> None:
         def lease(s: Session) -> tuple[str, bytes | None] | None:
             if not take_lease(s, attempt_id, self.ctx.replica_id, now):
                 return None
             a = jobs.get_attempt(s, attempt_id)
+            # The ledger keeps no credentials: this send gets a fresh run token (the first
+            # send's stays valid for this attempt: it may have reached the executor) and the
+            # secrets' current values.
             return a.job_id, self._launch_with_secrets(s, a)
 
         got = await self.ctx.db.run(lease)

@@ -19,7 +19,7 @@ MAX_FIND = 100_000
 # Whole small blobs of one UploadBlobs stream written at once (their fsyncs overlap).
 MAX_PARALLEL_WRITES = 16
 
-# Returns True when `digest` belongs to job `job_id` (its workspace, capsule or datasets).
+# Returns True when `digest` belongs to attempt `attempt_id` (its workspace, capsule or datasets).
 RunBlobCheck = Callable[[str, str], Awaitable[bool]]
 
 
@@ -123,10 +123,10 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
     async def ReadBlob(self, request: pb.ReadBlobRequest, context: Any) -> AsyncIterator[pb.ReadBlobResponse]:
         principal = auth.current()
         if principal.kind == "run" and not (
-            principal.job_id and await self.run_blob_check(principal.job_id, request.digest)
+            principal.attempt_id and await self.run_blob_check(principal.attempt_id, request.digest)
         ):
             raise errors.PermissionDenied(
-                "this run token may only read its own run's blobs",
+                "this run token may only read its own attempt's blobs",
                 reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
             )
         if request.offset < 0:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
-from starforge.control.v1 import error_reason_pb2
 from starforge.ingest.v1 import ingest_service_pb2 as pb
 from starforge.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 
@@ -70,7 +69,8 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                     ingest.apply_records,
                     attempt_id=st.attempt_id,
                     records=list(batch.records),
-                    scope_job_id=principal.job_id,
+                    # a run token without an attempt (none is issued so) matches no attempt
+                    scope_attempt_id=principal.attempt_id or "",
                     masks=self.ctx.masks.for_attempt,
                 )
             )
@@ -130,11 +130,8 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         principal = auth.current()
 
         def read(s: Session) -> int:
+            ingest.check_scope(request.attempt_id, principal.attempt_id or "")
             attempt = jobs.get_attempt(s, request.attempt_id)
-            if attempt.job_id != principal.job_id:
-                raise errors.PermissionDenied(
-                    "this run token belongs to another run", reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE
-                )
             return ingest.cursor_for(s, attempt, for_update=False).acked_seq
 
         return pb.GetCursorResponse(acked_seq=await self.ctx.db.run(read))

@@ -129,24 +129,44 @@ def _no_mask(s: Session, attempt: m.Attempt) -> Callable[[str], str]:
     return str
 
 
+def check_scope(attempt_id: str, scope_attempt_id: str | None) -> None:
+    """A run token reports for its own attempt only (None: a trusted caller, no token scope)."""
+    if scope_attempt_id is not None and attempt_id != scope_attempt_id:
+        raise errors.PermissionDenied(
+            f"this run token belongs to another attempt than {attempt_id}",
+            reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
+        )
+
+
+def check_outcome_open(attempt: m.Attempt, records: Sequence[pb.Record], acked_seq: int) -> None:
+    """An ended attempt's outcome is final: its lifecycle records are refused (a token that leaked
+    from the attempt must not turn it into a success, or end its job's next attempt). Logs and
+    metrics still drain while the run token's grace lasts."""
+    if attempt.state in sm.ACTIVE:
+        return
+    if any(r.seq > acked_seq and r.WhichOneof("body") == "lifecycle" for r in records):
+        raise errors.PermissionDenied(
+            f"attempt {attempt.id} has ended ({sm.name(attempt.state)}); its outcome can no longer change",
+            reason=error_reason_pb2.ERROR_REASON_ATTEMPT_ENDED,
+        )
+
+
 def apply_records(
     s: Session,
     attempt_id: str,
     records: Sequence[pb.Record],
     *,
-    scope_job_id: str | None,
+    scope_attempt_id: str | None,
     masks: Masks = _no_mask,
 ) -> Applied:
     """Store `records` of one attempt in order, skipping those already stored. Log lines are
     masked with `masks` before they are stored: a job's secret values never reach the log store."""
+    check_scope(attempt_id, scope_attempt_id)
     attempt = jobs.get_attempt(s, attempt_id)
-    if scope_job_id is not None and attempt.job_id != scope_job_id:
-        raise errors.PermissionDenied(
-            "this run token belongs to another run", reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE
-        )
     mask = masks(s, attempt)
     cur = cursor_for(s, attempt, for_update=True)
     job = jobs.get_job(s, attempt.job_id, for_update=True)
+    check_outcome_open(attempt, records, cur.acked_seq)
     out = Applied(acked_seq=cur.acked_seq, job_id=job.id)
     log_rows: list[tuple[int, float, str]] = []
     metric_rows: list[tuple[int, str, float, float]] = []

@@ -25,9 +25,10 @@ Shape of an attempt on Kubernetes:
   after the job ends; the RayJob object stays, with its status, until Cleanup deletes it.
 
 The capsule environment (docs/ARCHITECTURE.md) with in-pod paths is built in podenv.py.
-Secrets (FORGE_INGEST_TOKEN, the blob token, `secret_env`) are never put in labels or
-annotations; with `use_secret_for_token` they are not in the RayJob at all but referenced from a
-per-attempt Secret.
+Secrets (the run token, the blob token, `secret_env`) are never put in labels or annotations;
+with `use_secret_for_token` they are not in the RayJob at all but referenced from a per-attempt
+Secret. The run token reaches only the head's fetch init container, which writes it to a 0600
+file in the scratch emptyDir for the runner (podenv.py).
 """
 
 from __future__ import annotations
@@ -206,6 +207,7 @@ def _pod_template(
     fetch_mounts: list[dict[str, Any]] = [
         {"name": "forge-capsule", "mountPath": CAPSULE_DIR},
         {"name": "forge-workspace", "mountPath": WORKSPACE_DIR},
+        {"name": "forge-scratch", "mountPath": SCRATCH_DIR},  # the head's run token file
     ]
     if with_datasets:
         mounts.append({"name": "forge-datasets", "mountPath": DATASETS_DIR, "readOnly": True})
@@ -299,7 +301,7 @@ def build(request: lr_pb.LaunchRequest, cfg: KubeRayConfig) -> Built:
             series=first.series,
             container=HEAD_CONTAINER,
             env=env.head,
-            fetch_env=env.fetch,
+            fetch_env=env.head_fetch,
             resources=head_resources,
             labels=labels,
             grace=grace,

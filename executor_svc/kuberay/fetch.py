@@ -14,6 +14,9 @@ the RayJob. Inputs come from the environment the executor sets:
     FORGE_DATASETS_DIR    where root "datasets" files go ("<name>/<path>")
     FORGE_FETCH_FILES     JSON list of further files [[root, path, sha256, size, executable], ...]:
                           the LaunchRequest's capsule files and dataset files
+    FORGE_INGEST_TOKEN, FORGE_INGEST_TOKEN_FILE  (head pod only) the run token, written to that
+                          file (mode 0600) for the runner, which deletes it: the token is never
+                          in the training container's environment
 
 capsule.json is fetched first and checked against FORGE_CAPSULE_SHA256; then every file it lists
 and every file of FORGE_FETCH_FILES is downloaded, hashed while written to a temporary file, and
@@ -178,6 +181,19 @@ def fetch_group(base: str, token: str, digest: str, targets: list[tuple[str, int
     return total
 
 
+def write_token(path: str, token: str) -> None:
+    """The run token for the runner: readable by this user only, never written through a link."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)  # the scratch emptyDir's mount
+    if os.path.lexists(path):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, token.encode())
+    finally:
+        os.close(fd)
+
+
 def main() -> int:
     started = time.monotonic()
     env = os.environ
@@ -210,6 +226,8 @@ def main() -> int:
     except FetchError as exc:
         sys.stderr.write(f"starforge: capsule fetch failed: {exc}\n")
         return exc.code
+    if env.get("FORGE_INGEST_TOKEN") and env.get("FORGE_INGEST_TOKEN_FILE"):
+        write_token(env["FORGE_INGEST_TOKEN_FILE"], env["FORGE_INGEST_TOKEN"])
     files = 1 + sum(len(t) for t in groups.values())
     sys.stdout.write(f"starforge: fetched {files} files, {total} bytes in {time.monotonic() - started:.1f}s\n")
     return 0

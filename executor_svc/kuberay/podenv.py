@@ -4,10 +4,14 @@ In-pod paths are fixed (/forge/...). The request's `env` and `secret_env` come f
 `<NAME>_DATA_DIR` for datasets, then the FORGE_* variables, which win, so a request can never
 point FORGE_OUT_DIR elsewhere. Values are escaped for Kubernetes' `$(VAR)` expansion.
 
-Sensitive values (FORGE_INGEST_TOKEN, the blob token, `secret_env`) are either plain values (test
+Sensitive values (the run token, the blob token, `secret_env`) are either plain values (test
 servers without a core API) or, with `use_secret_for_token`, `secretKeyRef`s into the attempt's
-Secret, whose data is returned alongside. FORGE_INGEST_TOKEN goes to the head only (only the
-runner reports); workers get everything else, so code Ray ships to them sees the same paths.
+Secret, whose data is returned alongside. The run token is never in a training container's
+environment (Ray's processes and the training code share that container and user, and every
+process's environment is readable under /proc): the head pod's fetch init container gets it as
+FORGE_INGEST_TOKEN and writes it to FORGE_INGEST_TOKEN_FILE in the scratch emptyDir (0600),
+which the runner reads and deletes. Only the head runs the runner; workers get everything
+else, so code Ray ships to them sees the same paths.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ DATASETS_DIR = "/forge/datasets"
 
 # Names of environment variables holding tokens (not tokens).
 INGEST_TOKEN = "FORGE_INGEST_TOKEN"  # noqa: S105
+INGEST_TOKEN_FILE = "FORGE_INGEST_TOKEN_FILE"  # noqa: S105
+TOKEN_FILE_PATH = f"{SCRATCH_DIR}/.forge-ingest-token"
 BLOB_TOKEN = "FORGE_BLOB_TOKEN"  # noqa: S105
 # One environment string may not exceed 128 KiB on Linux (MAX_ARG_STRLEN); stay well below.
 MAX_FETCH_FILES_BYTES = 100_000
@@ -95,6 +101,7 @@ class PodEnv:
     head: list[dict[str, Any]]
     worker: list[dict[str, Any]]
     fetch: list[dict[str, Any]]
+    head_fetch: list[dict[str, Any]]  # fetch, plus the run token and where to write it
     secret: dict[str, str] | None
 
 
@@ -135,7 +142,7 @@ def pod_env(request: lr_pb.LaunchRequest, cfg: KubeRayConfig, secret_name: str, 
     for k, v in forge.items():
         env[k] = _plain(k, v)
     worker = list(env.values())
-    env[INGEST_TOKEN] = sensitive(INGEST_TOKEN, request.ingest.token)
+    env[INGEST_TOKEN_FILE] = _plain(INGEST_TOKEN_FILE, TOKEN_FILE_PATH)
     fetch = [
         _plain("FORGE_BLOB_URL", request.blob_source.http_url),
         _plain("FORGE_BLOB_CA_PEM", request.blob_source.ca_pem),
@@ -146,4 +153,9 @@ def pod_env(request: lr_pb.LaunchRequest, cfg: KubeRayConfig, secret_name: str, 
         _plain("FORGE_DATASETS_DIR", DATASETS_DIR),
         _plain("FORGE_FETCH_FILES", _fetch_files(request)),
     ]
-    return PodEnv(head=list(env.values()), worker=worker, fetch=fetch, secret=secret)
+    head_fetch = [
+        *fetch,
+        sensitive(INGEST_TOKEN, request.ingest.token),
+        _plain(INGEST_TOKEN_FILE, TOKEN_FILE_PATH),
+    ]
+    return PodEnv(head=list(env.values()), worker=worker, fetch=fetch, head_fetch=head_fetch, secret=secret)

@@ -31,7 +31,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED, MANAGED_BY, labels_for
-from executor_svc.capsule_env import CapsulePaths, capsule_env
+from executor_svc.capsule_env import CapsulePaths, capsule_env, write_token_file
 from executor_svc.local.config import DockerConfig
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import (
@@ -159,6 +159,9 @@ class DockerRuntime(Runtime):
             # assignment is still visible to the job and recorded in the labels.
             extra["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
         env = capsule_env(spec.request, IN_CONTAINER, stop_grace_seconds=spec.stop_grace_seconds, extra=extra)
+        # The container sees it at /forge/scratch; not in `environment`, which any process in
+        # the container could read from /proc/1/environ (docker-init's).
+        write_token_file(spec.request, dirs.scratch)
         mounts = [
             # Capsule and dataset files may be hard links into the node's blob cache, which other
             # jobs link too: read-only mounts are what keeps a job from writing them.

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env
+from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env, write_token_file
 from executor_svc.local import job_users
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
@@ -210,6 +210,9 @@ class ProcessRuntime(Runtime):
             )
         )
         prefix = await asyncio.to_thread(self._isolate, spec, record, env)
+        # Readable by the attempt's own uid only (the runner reads and deletes it).
+        owner = record.job_uid if record.job_uid >= 0 else None
+        await asyncio.to_thread(write_token_file, spec.request, dirs.scratch, uid=owner, gid=owner)
         child = await asyncio.to_thread(_spawn, dirs.capsule, dirs.root, dirs.workspace, dirs.log, env, prefix)
         self._children[record.attempt_id] = child
         record.pid = child.pid

@@ -39,6 +39,7 @@ from executor_svc.base import (
     labels_for,
     out_key,
 )
+from executor_svc.capsule_env import write_token_file
 from executor_svc.slurm import observations as obs_map
 from executor_svc.slurm.client import SlurmClient
 from executor_svc.slurm.config import SeriesConfig, SlurmConfig
@@ -292,6 +293,8 @@ class SlurmExecutor(Executor):
         )
         await asyncio.to_thread(bundle.verify_bootstrap, request, dirs.capsule)
         await asyncio.to_thread(hand_over, dirs, out_dir, self.cfg.job_uid, self.cfg.job_gid)
+        owner = (self.cfg.job_uid, self.cfg.job_gid) if self.cfg.job_uid >= 0 else (None, None)
+        await asyncio.to_thread(write_token_file, request, dirs.scratch, uid=owner[0], gid=owner[1])
 
     # -- observe ----------------------------------------------------------------------------
 

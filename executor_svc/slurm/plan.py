@@ -131,7 +131,8 @@ def split_environment(
         ),
         stop_grace_seconds=stop_grace(request, cfg.default_stop_grace_seconds),
     )
-    secret = set(request.secret_env) | {"FORGE_INGEST_TOKEN"}
+    # The run token is in neither: it is in a 0600 file in the scratch dir (capsule_env.py).
+    secret = set(request.secret_env)
     exports = {k: v for k, v in env.items() if k not in secret and _SHELL_NAME.match(k)}
     job_env = {"PATH": cfg.path} | {k: v for k, v in env.items() if k not in exports}
     return exports, job_env

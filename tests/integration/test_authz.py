@@ -79,16 +79,16 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
             "only admins can create users",
         )
 
-        # run tokens: scoped to one run, and only for ingest
+        # run tokens: scoped to one attempt, and only for ingest
         await c.wait(job.job_id, 4, timeout=30)  # RUNNING: its attempt exists
         await c.wait(other.job_id, 4, timeout=30)
-        run_token = await c.app.ctx.db.run(lambda s: auth.issue_token(s, "admin", "run", job_id=job.job_id)[0])
+        run_token = await c.app.ctx.db.run(lambda s: auth.issue_run_token(s, "admin", job.job_id, f"{job.job_id}.1"))
         ingest = ing_grpc.IngestServiceStub(c.channel)
         other_attempt = f"{other.job_id}.1"
         await _refused(
             ingest.GetCursor(ing.GetCursorRequest(attempt_id=other_attempt), metadata=bearer(run_token)),
             grpc.StatusCode.PERMISSION_DENIED,
-            "this run token belongs to another run",
+            "this run token belongs to another attempt",
         )
 
         async def one_batch():  # type: ignore[no-untyped-def]

@@ -131,7 +131,9 @@ class _Background:
             spec = (await c.get(job.job_id)).spec
             # a run token of that job, so IngestService is fuzzed past its scope check
             run_token, _ = await c.app.ctx.db.run(
-                lambda s: auth.issue_token(s, "admin", "run", name="fuzz", job_id=job.job_id)
+                lambda s: auth.issue_token(
+                    s, "admin", "run", name="fuzz", job_id=job.job_id, attempt_id=f"{job.job_id}.1"
+                )
             )
             node = ForgeletProcess("fz", self.root / "forgelet", c.address, c.token, runtime="process", gpus=2)
             await asyncio.to_thread(node.start)
@@ -285,8 +287,9 @@ def test_every_rpc_refuses_random_requests_cleanly(
 @fuzz_settings(60)
 @given(data=st.data())
 def test_ingest_stores_or_refuses_random_records_cleanly(servers: Servers, data: st.DataObject) -> None:
-    """Records with the right sequence numbers and random bodies (lifecycle events for an ended
-    attempt, NaN and infinite metrics, odd steps, huge lines, bad timestamps) reach the store."""
+    """Records with the right sequence numbers and random bodies (NaN and infinite metrics, odd
+    steps, huge lines, bad timestamps) reach the store; lifecycle events for the ended attempt
+    are refused cleanly (PERMISSION_DENIED: an ended attempt's outcome is final)."""
     attempt_id = servers.job_id + ".1"
     md = bearer(servers.run_token)
     with grpc.insecure_channel(servers.console, options=OPTIONS) as ch:

@@ -23,6 +23,7 @@ from capsule.layout import (
 )
 
 TOKEN = "run-token-123"
+TOKEN_FILE = ".forge-ingest-token"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -100,7 +101,7 @@ def lay_out(
         "FORGE_OUT_DIR": str(out),
         "FORGE_SCRATCH_DIR": str(scratch),
         "FORGE_INGEST_ADDR": ingest_addr,
-        "FORGE_INGEST_TOKEN": TOKEN,
+        "FORGE_INGEST_TOKEN_FILE": str(scratch / TOKEN_FILE),
         "FORGE_JOB_ID": job_id,
         "FORGE_ATTEMPT_ID": attempt_id,
         "FORGE_ATTEMPT_NUMBER": attempt_id.rsplit(".", 1)[1],
@@ -119,6 +120,10 @@ class Bootstrap:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
+        # as the executors do (executor_svc/capsule_env.py): the runner reads and deletes it
+        token_file = self.launch.scratch_dir / TOKEN_FILE
+        token_file.write_text(TOKEN)
+        token_file.chmod(0o600)
         self.proc = await asyncio.create_subprocess_exec(
             "sh",
             str(self.launch.capsule_dir / "bootstrap.sh"),

@@ -21,7 +21,8 @@ import starforge
 
 print("hello from train.py")
 print("config", json.dumps(starforge.config()), os.path.dirname(os.environ["FORGE_CONFIG"]))
-print("token visible:", "FORGE_INGEST_TOKEN" in os.environ)
+token_file = os.path.join(os.environ["FORGE_SCRATCH_DIR"], ".forge-ingest-token")
+print("token visible:", any(k.startswith("FORGE_INGEST_TOKEN") for k in os.environ) or os.path.exists(token_file))
 print("PATH", os.environ["PATH"])
 for step in range(5):
     starforge.report(loss=1.0 / (step + 1), lr=0.1)
@@ -290,6 +291,27 @@ async def test_unreachable_console_does_not_stop_training_and_drain_is_bounded(
     assert asyncio.get_running_loop().time() - started < 15
     assert "unreachable" in result.stderr
     assert "were not acknowledged by the console within 2 s" in result.stderr
+    assert ingest.records == {}
+
+
+async def test_a_console_that_refuses_the_attempt_is_not_retried_until_the_drain_deadline(
+    tmp_path: pathlib.Path, capsule_manifest: dict[str, Any], ingest: FakeIngest
+) -> None:
+    # The console answers PERMISSION_DENIED (the token is not for this attempt, or the attempt
+    # has ended): retrying cannot help, so the runner stops sending instead of waiting out a
+    # 600 s drain, and exits with the command's code.
+    launch = lay_out(
+        tmp_path,
+        capsule_manifest,
+        demo_workspace("echo working\nexit 3\n"),
+        ingest_addr=ingest.address,
+        attempt_id="jtest0000000001.2",
+        env={"FORGE_INGEST_DRAIN_SECONDS": "600"},
+    )
+    result = await run_capsule(launch, timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert "the console refuses this attempt's records (PERMISSION_DENIED" in result.stderr
+    assert "were not acknowledged" not in result.stderr
     assert ingest.records == {}
 
 

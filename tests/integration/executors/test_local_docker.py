@@ -90,7 +90,8 @@ async def test_container_runs_the_capsule_to_success(
     assert env["FORGE_OUT_DIR"] == "/forge/out"
     assert env["FORGE_SCRATCH_DIR"] == "/forge/scratch"
     assert env["FORGE_CAPSULE_SHA256"] == req.capsule.capsule_digest
-    assert env["FORGE_INGEST_TOKEN"] == req.ingest.token
+    assert "FORGE_INGEST_TOKEN" not in env  # not even in `docker inspect`: a 0600 file in scratch
+    assert env["FORGE_INGEST_TOKEN_FILE"] == "/forge/scratch/.forge-ingest-token"
     assert env["FORGE_ATTEMPT_ID"] == req.attempt_id
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert env["MY_SETTING"] == "x"
@@ -105,6 +106,7 @@ async def test_container_runs_the_capsule_to_success(
     assert labels[LABEL_GPUS] == "0,1"
     assert labels["starforge.dev/owner"] == "tester"
     assert "hf-secret" not in json.dumps(labels)
+    assert req.ingest.token not in json.dumps(container.attrs["Config"])  # docker inspect shows no run token
     host = container.attrs["HostConfig"]
     assert host["NetworkMode"] == "host"
     assert not host.get("DeviceRequests")

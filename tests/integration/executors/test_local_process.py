@@ -83,7 +83,12 @@ async def test_runs_to_success_with_the_capsule_environment(
     assert env["FORGE_OUT_DIR"] == str(out)  # the request cannot move it
     assert env["FORGE_SCRATCH_DIR"] == str(attempt.scratch)
     assert env["FORGE_INGEST_ADDR"] == "127.0.0.1:9"
-    assert env["FORGE_INGEST_TOKEN"] == req.ingest.token
+    # the run token only in a file of the attempt's scratch dir, readable by its owner
+    assert "FORGE_INGEST_TOKEN" not in env
+    token_file = attempt.scratch / ".forge-ingest-token"
+    assert env["FORGE_INGEST_TOKEN_FILE"] == str(token_file)
+    assert token_file.read_text() == req.ingest.token
+    assert token_file.stat().st_mode & 0o777 == 0o600
     assert (env["FORGE_JOB_ID"], env["FORGE_ATTEMPT_ID"], env["FORGE_ATTEMPT_NUMBER"]) == (
         req.job_id,
         req.attempt_id,

@@ -66,13 +66,13 @@ async def http_blobs(tmp_path: pathlib.Path) -> AsyncIterator[HttpBlobs]:
 
     def run_token(s: Any) -> str:
         auth.create_user(s, "tester")
-        token, _ = auth.issue_token(s, "tester", "run", job_id=job_id)
+        token, _ = auth.issue_token(s, "tester", "run", job_id=job_id, attempt_id=ids.attempt_id(job_id, 1))
         return token
 
     blobs = HttpBlobs("", job_id, db.run_sync(run_token), BlobStore(tmp_path / "blobs"))
 
-    async def run_may_read(job: str, digest: str) -> bool:
-        return job == job_id and digest in blobs.allowed
+    async def run_may_read(attempt: str, digest: str) -> bool:
+        return attempt == ids.attempt_id(job_id, 1) and digest in blobs.allowed
 
     ops = OpsServer("127.0.0.1:0", blobs.store, auth.TokenVerifier(db), run_may_read, asyncio.get_running_loop())
     ops.start()
@@ -145,10 +145,14 @@ async def test_fetch_lays_out_the_capsule_and_bootstrap_accepts_it(
         assert stat.S_IMODE(p.stat().st_mode) == (0o755 if executable else 0o644)
     assert (forge / "datasets" / "train" / "part-0.jsonl").read_bytes() == data
     assert not [p for p in forge.rglob(".fetch-*")], "no temporary files left"
+    # the head's run token, for the runner only: in the scratch dir, 0600, never in the main env
+    token_file = forge / "scratch" / ".forge-ingest-token"
+    assert token_file.read_text() == req.ingest.token
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
 
     main = builder.build(req, config()).manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     env = pod_env(main["containers"][0], tmp_path)
-    (forge / "scratch").mkdir()
+    assert "FORGE_INGEST_TOKEN" not in env
     # The RayJob's entrypoint, `sh /forge/capsule/bootstrap.sh`, with the same path move.
     code, out, err = await run(builder.ENTRYPOINT.replace("/forge/", f"{tmp_path}/forge/").split(), env)
     assert code == 0, err

@@ -6,10 +6,13 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import select
+from starforge.control.v1 import error_reason_pb2
+from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_pb2, lifecycle_event_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
+from control import launch_secrets
 from control.db import models as m
 from control.db.engine import Database
 from control.ledger import jobs, outcomes
@@ -69,8 +72,8 @@ def test_ingest_is_idempotent_by_sequence(db: Database) -> None:
         f.metric_record(2, 1, loss=0.9),
         f.log_record(3, "third"),
     ]
-    first = db.run_sync(lambda s: ingest.apply_records(s, aid, batch, scope_job_id=None))
-    again = db.run_sync(lambda s: ingest.apply_records(s, aid, batch, scope_job_id=None))
+    first = db.run_sync(lambda s: ingest.apply_records(s, aid, batch, scope_attempt_id=None))
+    again = db.run_sync(lambda s: ingest.apply_records(s, aid, batch, scope_attempt_id=None))
     assert (first.acked_seq, first.logs_added, first.metrics_added) == (3, 3, 1)
     assert (again.acked_seq, again.logs_added, again.metrics_added) == (3, 0, 0)
     job_id = aid.split(".")[0]
@@ -83,13 +86,53 @@ def test_ingest_is_idempotent_by_sequence(db: Database) -> None:
 def test_ingest_refuses_gaps(db: Database) -> None:
     aid = db.run_sync(lambda s: f.attempt(s, f.job(s), to=sm.PENDING).id)
     with pytest.raises(errors.InvalidArgument, match="expected seq 1, got 2"):
-        db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(2, "x")], scope_job_id=None))
+        db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(2, "x")], scope_attempt_id=None))
 
 
 def test_ingest_token_scope(db: Database) -> None:
     aid = db.run_sync(lambda s: f.attempt(s, f.job(s), to=sm.PENDING).id)
-    with pytest.raises(errors.PermissionDenied, match="another run"):
-        db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(1, "x")], scope_job_id="jother"))
+    with pytest.raises(errors.PermissionDenied, match="another attempt"):
+        db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(1, "x")], scope_attempt_id="jother.1"))
+
+
+def test_every_send_gets_a_fresh_attempt_token_and_the_ledger_keeps_none(db: Database) -> None:
+    def go(s):  # type: ignore[no-untyped-def]
+        a = f.attempt(s, f.job(s), to=sm.SUBMITTED)
+        full = lr.LaunchRequest(
+            attempt_id=a.id,
+            ingest=lr.IngestTarget(address="console:1", token="sfr_aaaaaaaaaa_old"),
+            blob_source=lr.BlobSource(address="console:1", token="sfr_aaaaaaaaaa_old"),
+            secret_env={"HF_TOKEN": "hf_secret"},
+        )
+        a.launch = launch_secrets.stored_form(full)
+        first, second = launch_secrets.resolve_launch(s, a), launch_secrets.resolve_launch(s, a)
+        scopes = [t.attempt_id for t in s.scalars(select(m.Token).where(m.Token.kind == "run"))]
+        return a.id, a.launch, first, second, scopes
+
+    aid, stored, first, second, scopes = db.run_sync(go)
+    kept = lr.LaunchRequest.FromString(stored)
+    assert (kept.ingest.token, kept.blob_source.token, dict(kept.secret_env)) == ("", "", {})
+    assert kept.ingest.address == "console:1"
+    assert first.ingest.token.startswith("sfr_") and first.blob_source.token == first.ingest.token
+    assert second.ingest.token != first.ingest.token
+    assert scopes == [aid, aid]
+
+
+def test_an_ended_attempt_takes_logs_but_no_lifecycle(db: Database) -> None:
+    aid = db.run_sync(lambda s: f.attempt(s, f.job(s), to=sm.RUNNING).id)
+
+    def finish(s):  # type: ignore[no-untyped-def]
+        a = jobs.get_attempt(s, aid)
+        outcomes.finish_attempt(s, jobs.get_job(s, a.job_id), a, exit_code=3)
+
+    db.run_sync(finish)
+    applied = db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(1, "late")], scope_attempt_id=aid))
+    assert applied.acked_seq == 1
+    exited = f.lifecycle_record(2, lifecycle_event_pb2.LIFECYCLE_PHASE_COMMAND_EXITED, exit_code=0)
+    with pytest.raises(errors.PermissionDenied, match="has ended") as refused:
+        db.run_sync(lambda s: ingest.apply_records(s, aid, [exited], scope_attempt_id=aid))
+    assert refused.value.reason == error_reason_pb2.ERROR_REASON_ATTEMPT_ENDED
+    assert db.run_sync(lambda s: jobs.get_job(s, aid.split(".")[0]).state) == sm.FAILED
 
 
 @pytest.mark.parametrize(
@@ -120,7 +163,7 @@ def test_command_exit_ends_the_attempt_with_a_diagnosis(
         f.log_record(2, *lines),
         f.lifecycle_record(3, lifecycle_event_pb2.LIFECYCLE_PHASE_COMMAND_EXITED, exit_code=code),
     ]
-    applied = db.run_sync(lambda s: ingest.apply_records(s, aid, recs, scope_job_id=None))
+    applied = db.run_sync(lambda s: ingest.apply_records(s, aid, recs, scope_attempt_id=None))
     assert [t.to_state for t in applied.transitions] == [sm.RUNNING, state]
 
     def read(s):  # type: ignore[no-untyped-def]

@@ -109,7 +109,8 @@ async def test_launch_is_idempotent_keeps_secrets_out_and_a_new_executor_finds_i
     ex = slurm_executor
     script = (
         'echo "hello from $FORGE_ATTEMPT_ID on $SLURMD_NODENAME in $(pwd)"\n'
-        'echo "secret=${HF_TOKEN:+set} token=${FORGE_INGEST_TOKEN:+set} setting=$MY_SETTING"\n'
+        'echo "secret=${HF_TOKEN:+set} token=${FORGE_INGEST_TOKEN:-none} setting=$MY_SETTING"\n'
+        'echo "token file mode $(stat -c %a "$FORGE_INGEST_TOKEN_FILE")"\n'
         'echo kept > "$FORGE_OUT_DIR/checkpoint"\n'
     )
     request = launch_request(
@@ -135,7 +136,10 @@ async def test_launch_is_idempotent_keeps_secrets_out_and_a_new_executor_finds_i
     assert obs.start_time is not None and obs.end_time is not None
     workspace = ex.layout.attempt(attempt).workspace
     assert f"hello from {attempt} on {obs.node} in {workspace}" in obs.log_tail, where(ex, attempt)
-    assert "secret=set token=set setting=it's $fine" in obs.log_tail, where(ex, attempt)
+    assert "secret=set token=none setting=it's $fine" in obs.log_tail, where(ex, attempt)
+    assert "token file mode 600" in obs.log_tail, where(ex, attempt)
+    token_file = ex.layout.attempt(attempt).scratch / ".forge-ingest-token"
+    assert token_file.read_text() == request.ingest.token
     assert (pathlib.Path(first.out_dir) / "checkpoint").read_text() == "kept\n"
 
     # Secrets reach the job but are neither in its script nor anywhere slurmrestd shows.
@@ -145,7 +149,7 @@ async def test_launch_is_idempotent_keeps_secrets_out_and_a_new_executor_finds_i
     for secret in secrets:
         assert secret not in script_text
         assert secret not in slurm_text
-    assert "FORGE_INGEST_TOKEN" in script_text  # named (as coming with the environment), not valued
+    assert "FORGE_INGEST_TOKEN_FILE=" in script_text  # the token's file, not the token
 
     # A new executor over the same config finds the attempt, by its record and by its labels.
     section = slurm_section(slurm_cluster, slurm_root, executor_name=ex.cfg.executor_name)

@@ -21,7 +21,7 @@ BASE = {
     "FORGE_WORKSPACE_DIR": "/w",
     "FORGE_SCRATCH_DIR": "/s",
     "FORGE_INGEST_ADDR": "127.0.0.1:7070",
-    "FORGE_INGEST_TOKEN": "secret",
+    "FORGE_INGEST_TOKEN_FILE": "/s/.forge-ingest-token",
 }
 
 
@@ -64,7 +64,7 @@ def test_training_env_drops_the_token_and_adds_the_sdk() -> None:
         report_socket="@starforge-j1.2",
         config_path=pathlib.Path("/s/config.json"),
     )
-    assert "FORGE_INGEST_TOKEN" not in env
+    assert "FORGE_INGEST_TOKEN_FILE" not in env
     assert "PEX" not in env
     assert "_PEX_CACHE_ACCESS_LOCK" not in env
     assert env["FORGE_REPORT_SOCKET"] == "@starforge-j1.2"

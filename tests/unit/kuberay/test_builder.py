@@ -60,7 +60,12 @@ def test_single_pool_cpu_job() -> None:
     assert env["FORGE_SCRATCH_DIR"] == "/forge/scratch"
     assert env["FORGE_CAPSULE_SHA256"] == req.capsule.capsule_digest
     assert env["FORGE_INGEST_ADDR"] == req.ingest.address
-    assert env["FORGE_INGEST_TOKEN"] == INGEST_TOKEN
+    assert "FORGE_INGEST_TOKEN" not in env, "the training container never has the run token"
+    assert env["FORGE_INGEST_TOKEN_FILE"] == "/forge/scratch/.forge-ingest-token"
+    fetch = env_of(pod["initContainers"][0])
+    assert fetch["FORGE_INGEST_TOKEN"] == INGEST_TOKEN
+    assert fetch["FORGE_INGEST_TOKEN_FILE"] == "/forge/scratch/.forge-ingest-token"
+    assert {"name": "forge-scratch", "mountPath": "/forge/scratch"} in pod["initContainers"][0]["volumeMounts"]
     assert env["FORGE_JOB_ID"] == req.job_id
     assert env["FORGE_ATTEMPT_ID"] == req.attempt_id
     assert env["FORGE_ATTEMPT_NUMBER"] == "1"
@@ -112,6 +117,8 @@ def test_single_pool_16_gpus_on_two_nodes() -> None:
     assert w["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     env = env_of(c)
     assert "FORGE_INGEST_TOKEN" not in env, "only the head's runner reports"
+    assert "FORGE_INGEST_TOKEN_FILE" not in env
+    assert "FORGE_INGEST_TOKEN" not in env_of(w["template"]["spec"]["initContainers"][0])
     assert env["HF_TOKEN"] == HF_TOKEN
     assert env["FORGE_OUT_DIR"] == "/forge/out"
 
@@ -167,8 +174,8 @@ def test_use_secret_for_token_keeps_every_secret_out_of_the_rayjob() -> None:
         "FORGE_BLOB_TOKEN": BLOB_TOKEN,
     }
     ref = {"secretKeyRef": {"name": built.secret_name, "key": "FORGE_INGEST_TOKEN"}}
-    assert env_of(head(built.manifest)["template"]["spec"]["containers"][0])["FORGE_INGEST_TOKEN"] == ref
     init = head(built.manifest)["template"]["spec"]["initContainers"][0]
+    assert env_of(init)["FORGE_INGEST_TOKEN"] == ref
     assert env_of(init)["FORGE_BLOB_TOKEN"] == {"secretKeyRef": {"name": built.secret_name, "key": "FORGE_BLOB_TOKEN"}}
 
 

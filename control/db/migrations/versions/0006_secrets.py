@@ -1,7 +1,7 @@
 """secrets
 
 Revision ID: 0006
-Revises: 0003
+Revises: 0005
 Create Date: 2026-12-01
 
 Jobs keep their secret references in the stored JobSpec (JobSpec.secrets), so the jobs table
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0003"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

@@ -27,6 +27,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
     ERROR_REASON_TOKEN_SCOPE: _ClassVar[ErrorReason]
     ERROR_REASON_ALREADY_EXISTS: _ClassVar[ErrorReason]
+    ERROR_REASON_ATTEMPT_ENDED: _ClassVar[ErrorReason]
     ERROR_REASON_UNKNOWN_SECRET: _ClassVar[ErrorReason]
     ERROR_REASON_SECRETS_DISABLED: _ClassVar[ErrorReason]
     ERROR_REASON_BAD_SECRET: _ClassVar[ErrorReason]
@@ -51,6 +52,7 @@ ERROR_REASON_BACKEND_UNAVAILABLE: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
 ERROR_REASON_TOKEN_SCOPE: ErrorReason
 ERROR_REASON_ALREADY_EXISTS: ErrorReason
+ERROR_REASON_ATTEMPT_ENDED: ErrorReason
 ERROR_REASON_UNKNOWN_SECRET: ErrorReason
 ERROR_REASON_SECRETS_DISABLED: ErrorReason
 ERROR_REASON_BAD_SECRET: ErrorReason

@@ -206,12 +206,20 @@ class ErrorReason(betterproto2.Enum):
 
     TOKEN_SCOPE = 19
     """
-    PERMISSION_DENIED: an ingest token used for another run, or after its run ended.
+    PERMISSION_DENIED: a run token used for another attempt (or another run's blobs), or after
+    its attempt ended and the grace for draining its journal ran out.
     """
 
     ALREADY_EXISTS = 20
     """
     ALREADY_EXISTS: the object exists (dataset version, user).
+    """
+
+    ATTEMPT_ENDED = 27
+    """
+    PERMISSION_DENIED: a lifecycle record (COMMAND_STARTED, COMMAND_EXITED, RUNNER_*) for an
+    attempt that has already ended: nothing may change an ended attempt's outcome. Its logs and
+    metrics are still accepted while its run token's drain grace lasts.
     """
 
     UNKNOWN_SECRET = 30
@@ -255,6 +263,7 @@ class ErrorReason(betterproto2.Enum):
             18: "ERROR_REASON_INTERNAL",
             19: "ERROR_REASON_TOKEN_SCOPE",
             20: "ERROR_REASON_ALREADY_EXISTS",
+            27: "ERROR_REASON_ATTEMPT_ENDED",
             30: "ERROR_REASON_UNKNOWN_SECRET",
             31: "ERROR_REASON_SECRETS_DISABLED",
             32: "ERROR_REASON_BAD_SECRET",
@@ -284,6 +293,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INTERNAL": 18,
             "ERROR_REASON_TOKEN_SCOPE": 19,
             "ERROR_REASON_ALREADY_EXISTS": 20,
+            "ERROR_REASON_ATTEMPT_ENDED": 27,
             "ERROR_REASON_UNKNOWN_SECRET": 30,
             "ERROR_REASON_SECRETS_DISABLED": 31,
             "ERROR_REASON_BAD_SECRET": 32,
