@@ -48,6 +48,7 @@ from control.db.engine import Database
 from control.envoy import Envoy
 from control.events import Notifier
 from control.executors import ExecutorPool
+from control.http_limits import HttpLimits
 from control.http_ops import OpsServer
 from control.scheduler.dispatch import Scheduler
 from control.scheduler.reconcile import Reconciler
@@ -261,7 +262,20 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
     ops = None
     http_listen = cfg.http_listen or ("127.0.0.1:0" if cfg.ui_listen else "")
     if http_listen:
-        ops = OpsServer(http_listen, store, verifier, run_blobs.allowed, asyncio.get_running_loop(), ui_dir=cfg.ui_dir)
+        ops = OpsServer(
+            http_listen,
+            store,
+            verifier,
+            run_blobs.allowed,
+            asyncio.get_running_loop(),
+            ui_dir=cfg.ui_dir,
+            limits=HttpLimits(
+                max_connections=cfg.http_max_connections,
+                header_timeout=cfg.http_header_timeout_seconds,
+                idle_timeout=cfg.http_idle_timeout_seconds,
+                max_header_bytes=cfg.http_max_header_bytes,
+            ),
+        )
         ops.start()
         http_host = http_listen.rsplit(":", 1)[0]
         http_host = "127.0.0.1" if http_host in ("0.0.0.0", "[::]", "") else http_host

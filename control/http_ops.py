@@ -3,7 +3,8 @@
 Blobs over plain HTTP exist for pods that fetch their capsule with the image's own Python before
 anything else runs (the kuberay executor's init container); they take the same bearer tokens
 and scope rules as BlobService.ReadBlob. Runs in its own threads (stdlib ThreadingHTTPServer) so
-large downloads never block the event loop; token checks hop onto the loop.
+large downloads never block the event loop; token checks hop onto the loop. The server
+(control.http_limits) bounds the threads, time and bytes any connection can take.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from common import errors
 from control import metrics
 from control.auth import Principal, TokenVerifier
 from control.blobstore import BlobStore
+from control.http_limits import BoundedHandler, BoundedHTTPServer, HttpLimits
 
 log = logging.getLogger("starforge.http")
 BLOB_PATH = re.compile(r"^/v1/blobs/([0-9a-f]{64})$")
@@ -38,11 +40,12 @@ class OpsServer:
         run_blob_check: Callable[[str, str], Coroutine[Any, Any, bool]],
         loop: asyncio.AbstractEventLoop,
         ui_dir: pathlib.Path | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         ops = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             server_version = "starforge"
 
             def log_message(self, fmt: str, *args: object) -> None:
@@ -78,8 +81,7 @@ class OpsServer:
         self.verifier = verifier
         self.run_blob_check = run_blob_check
         self.loop = loop
-        self.httpd = http.server.ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = BoundedHTTPServer((host or "127.0.0.1", int(port)), Handler, limits or HttpLimits())
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="http-ops", daemon=True)
 

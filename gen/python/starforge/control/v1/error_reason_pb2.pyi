@@ -27,6 +27,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
     ERROR_REASON_TOKEN_SCOPE: _ClassVar[ErrorReason]
     ERROR_REASON_ALREADY_EXISTS: _ClassVar[ErrorReason]
+    ERROR_REASON_SUBMIT_RATE_LIMITED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_BAD_TOKEN: ErrorReason
 ERROR_REASON_FORBIDDEN: ErrorReason
@@ -48,3 +49,4 @@ ERROR_REASON_BACKEND_UNAVAILABLE: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
 ERROR_REASON_TOKEN_SCOPE: ErrorReason
 ERROR_REASON_ALREADY_EXISTS: ErrorReason
+ERROR_REASON_SUBMIT_RATE_LIMITED: ErrorReason

@@ -205,6 +205,12 @@ class ErrorReason(betterproto2.Enum):
     ALREADY_EXISTS: the object exists (dataset version, user).
     """
 
+    SUBMIT_RATE_LIMITED = 33
+    """
+    RESOURCE_EXHAUSTED: the user submitted more jobs per second than the console allows
+    (submit_rate_per_user); QuotaFailure names the user and the rate, RetryInfo says when to retry.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -229,6 +235,7 @@ class ErrorReason(betterproto2.Enum):
             18: "ERROR_REASON_INTERNAL",
             19: "ERROR_REASON_TOKEN_SCOPE",
             20: "ERROR_REASON_ALREADY_EXISTS",
+            33: "ERROR_REASON_SUBMIT_RATE_LIMITED",
         }
 
     @classmethod
@@ -255,6 +262,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INTERNAL": 18,
             "ERROR_REASON_TOKEN_SCOPE": 19,
             "ERROR_REASON_ALREADY_EXISTS": 20,
+            "ERROR_REASON_SUBMIT_RATE_LIMITED": 33,
         }
 
 
