@@ -274,6 +274,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
                 header_timeout=cfg.http_header_timeout_seconds,
                 idle_timeout=cfg.http_idle_timeout_seconds,
                 max_header_bytes=cfg.http_max_header_bytes,
+                max_pending=cfg.http_max_pending_connections,
             ),
         )
         ops.start()

@@ -141,6 +141,9 @@ class ControlConfig:
     submit_burst_per_user: int = 100
     # HTTP port: connections open at once (more are answered 503 at once, without a thread).
     http_max_connections: int = 256
+    # HTTP port: connections still sending their request head (no thread each); beyond, the
+    # oldest of them is closed to make room.
+    http_max_pending_connections: int = 1024
     # HTTP port: a connection must send its whole request head within this many seconds.
     http_header_timeout_seconds: float = 10.0
     # HTTP port: a connection that neither sends nor takes bytes for this long is closed.
@@ -220,6 +223,7 @@ POSITIVE_LIMITS = (
     "diagnosis_timeout_seconds",
     "submit_burst_per_user",
     "http_max_connections",
+    "http_max_pending_connections",
     "http_header_timeout_seconds",
     "http_idle_timeout_seconds",
     "http_max_header_bytes",

@@ -6,8 +6,11 @@ threads. Here one selector thread accepts connections and reads each request hea
 and headers) without a thread; a connection gets a thread only once its whole head arrived, and:
 
 - its head must arrive within `header_timeout` seconds and fit in `max_header_bytes` (408 / 431);
-- at most `max_connections` requests are served (one thread each) at once, and at most twice as
-  many connections may be sending their head; beyond either, a connection is answered 503 at once;
+- at most `max_connections` requests are served (one thread each) at once; beyond, a request
+  is answered 503 at once, from the selector thread;
+- at most `max_pending` connections may be sending their head (a socket and a small buffer
+  each, no thread); beyond, the oldest of them is answered 503 and closed to make room: a client
+  that sends its request at once is never the oldest, a half-open flood evicts itself;
 - a served connection that neither sends nor takes bytes for `idle_timeout` seconds is closed
   (a blob download to a reader that stopped reading);
 - one request per connection (no keep-alive: a second head would be read in a thread).
@@ -40,10 +43,7 @@ class HttpLimits:
     header_timeout: float = 10.0
     idle_timeout: float = 60.0
     max_header_bytes: int = 16384
-
-    @property
-    def max_pending(self) -> int:
-        return 2 * self.max_connections
+    max_pending: int = 1024
 
 
 def _status(code: int, text: str) -> bytes:
@@ -142,9 +142,10 @@ class BoundedHTTPServer:
                 return
             conn.setblocking(False)
             if len(self._pending) >= self.limits.max_pending:
-                self._answer_and_close(conn, BUSY)
+                oldest = next(iter(self._pending))
+                self._forget(oldest)
+                self._answer_and_close(oldest, BUSY)
                 metrics.HTTP_CONNECTIONS_REFUSED.inc()
-                continue
             self._pending[conn] = _Pending(address, time.monotonic() + self.limits.header_timeout)
             self._selector.register(conn, selectors.EVENT_READ)
 

@@ -77,7 +77,7 @@ class SubmitRateLimiter:
         retry = math.ceil(wait * 10) / 10
         rate = f"{self.rate:g}"
         message = (
-            f"too many submissions: @{user} may submit at most {rate} jobs per second "
+            f"too many submissions: @{user} may make at most {rate} submissions per second "
             f"(bursts of {self.burst}); retry in {retry:g} s"
         )
         return errors.ResourceExhausted(
