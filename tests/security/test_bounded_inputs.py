@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import pathlib
+import re
 import socket
 import subprocess
 import sys
