@@ -90,7 +90,7 @@ class LogBudget:
         self.marked = True
         return (
             f"starforge: this job's log reached its quota of {self.quota} bytes; later lines are not "
-            "stored (the attempt counts the bytes dropped)"
+            "stored (the job counts the bytes dropped)"
         )
 
 

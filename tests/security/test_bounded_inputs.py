@@ -126,7 +126,7 @@ async def test_a_job_over_its_log_quota_gets_one_marker_and_still_finishes(tmp_p
         markers = [ln for ln in lines if "reached its quota" in ln]
         assert markers == [
             f"starforge: this job's log reached its quota of {QUOTA} bytes; later lines are not stored "
-            "(the attempt counts the bytes dropped)"
+            "(the job counts the bytes dropped)"
         ]
         printed = [f"line-{i:04d} " + "x" * 1000 for i in range(200)]
         stored = [ln for ln in lines if ln.startswith("line-")]
