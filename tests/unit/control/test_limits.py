@@ -79,3 +79,38 @@ def test_the_rate_limiter_allows_a_burst_then_the_rate_per_user() -> None:
     unlimited = rate_limit.SubmitRateLimiter(rate=0, burst=1, clock=clock)
     for _ in range(100):
         unlimited.check(alice)
+
+
+def test_a_full_http_pending_set_evicts_its_oldest_connection() -> None:
+    import socket
+    import threading
+    import urllib.request
+
+    from control.http_limits import BoundedHandler, BoundedHTTPServer, HttpLimits
+
+    class Ok(BoundedHandler):
+        def log_message(self, fmt: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+
+    server = BoundedHTTPServer(("127.0.0.1", 0), Ok, HttpLimits(max_pending=4, header_timeout=60))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    try:
+        half_open = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as r:
+            assert r.read() == b"ok\n"
+        oldest = half_open[0]
+        oldest.settimeout(30)
+        assert oldest.recv(100).startswith(b"HTTP/1.0 503")
+        for s in half_open:
+            s.close()
+    finally:
+        server.shutdown()
+        server.server_close()
