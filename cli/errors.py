@@ -17,6 +17,7 @@ Exit codes are part of the interface (scripts switch on them):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,7 +204,8 @@ def violation_lines(err: common_errors.StarforgeError) -> list[str]:
         subject = f"{q.subject}: " if q.subject else ""
         lines.append(f"{subject}{q.description}")
     if err.retry_after_seconds:
-        lines.append(f"retry after {err.retry_after_seconds:.0f} s")
+        # one decimal: a rate limit asks for fractions of a second, and "retry after 0 s" misleads
+        lines.append(f"retry after {math.ceil(err.retry_after_seconds * 10) / 10:g} s")
     return lines
 
 

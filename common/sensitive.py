@@ -46,10 +46,13 @@ PATH_RULES: tuple[tuple[str, str], ...] = (
 )
 ENV_TEMPLATES = {".env.example", ".env.sample", ".env.template", ".env.dist"}
 CONTENT_RULES: dict[str, tuple[re.Pattern[bytes], str]] = {
-    ".npmrc": (re.compile(rb"(_authToken|_auth|_password)\s*="), "npm config with a registry token"),
-    ".pypirc": (re.compile(rb"(?m)^\s*password\s*[:=]"), "PyPI config with a password"),
+    # [ \t]* and not \s*: `^\s*` can run across newlines from every line start, quadratic work
+    # on a file of blank lines (the server checks uploaded files, written by anyone).
+    ".npmrc": (re.compile(rb"(_authToken|_auth|_password)[ \t]*="), "npm config with a registry token"),
+    ".pypirc": (re.compile(rb"(?m)^[ \t]*password[ \t]*[:=]"), "PyPI config with a password"),
 }
-_CONTENT_LIMIT = 1 << 20
+# The content rules read at most this much of a file (the CLI from disk, admission from a blob).
+CONTENT_LIMIT = 1 << 20
 # Longest file or folder name (one path component) file systems take (NAME_MAX).
 MAX_NAME_BYTES = 255
 
@@ -72,11 +75,11 @@ def why_sensitive(
         regex, why = CONTENT_RULES[name]
         try:
             if read is not None:
-                content = read()[:_CONTENT_LIMIT]
+                content = read()[:CONTENT_LIMIT]
             else:
                 assert real_path is not None
                 with real_path.open("rb") as f:
-                    content = f.read(_CONTENT_LIMIT)
+                    content = f.read(CONTENT_LIMIT)
         except OSError:
             return None
         if regex.search(content):

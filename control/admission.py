@@ -17,7 +17,7 @@ from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.job.v1 import job_spec_pb2
 
 from common import errors, profiles
-from common.sensitive import bad_path, why_sensitive
+from common.sensitive import CONTENT_LIMIT, bad_path, why_sensitive
 from control import hf
 from control.assembly import entrypoint, observability
 from control.auth import Principal
@@ -109,17 +109,31 @@ def check_recipe(spec: job_spec_pb2.JobSpec, catalog: Catalog) -> RecipeDecl:
     return recipe
 
 
-def _blob_reader(store: BlobStore, digest: str) -> Callable[[], bytes]:
-    return lambda: store.read_bytes(digest) if store.has(digest) else b""
+class _PrefixReader:
+    """Reads of the blobs one submission lists: a bounded prefix (what the content rules check),
+    each digest read once however many paths list it."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+        self.prefixes: dict[str, bytes] = {}
+
+    def reader(self, digest: str) -> Callable[[], bytes]:
+        def read() -> bytes:
+            if digest not in self.prefixes:
+                self.prefixes[digest] = self.store.read_prefix(digest, CONTENT_LIMIT)
+            return self.prefixes[digest]
+
+        return read
 
 
 def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobStore) -> None:
     paths = set()
+    blobs = _PrefixReader(store)
     for f in spec.workspace.files:
         why = bad_path(f.path)
         if why:
             raise _field("workspace", f"workspace path {f.path!r} {why}")
-        why = why_sensitive(f.path, read=_blob_reader(store, f.sha256))
+        why = why_sensitive(f.path, read=blobs.reader(f.sha256))
         if why:
             raise _field(
                 "workspace",

@@ -52,6 +52,7 @@ from control.db.engine import Database
 from control.envoy import Envoy
 from control.events import Notifier
 from control.executors import ExecutorPool
+from control.http_limits import HttpLimits
 from control.http_ops import OpsServer
 from control.scheduler.dispatch import Scheduler
 from control.scheduler.reconcile import Reconciler
@@ -301,6 +302,13 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             asyncio.get_running_loop(),
             ui_dir=cfg.ui_dir,
             ssl_context=server_ssl_context(cfg.tls),
+            limits=HttpLimits(
+                max_connections=cfg.http_max_connections,
+                header_timeout=cfg.http_header_timeout_seconds,
+                idle_timeout=cfg.http_idle_timeout_seconds,
+                max_header_bytes=cfg.http_max_header_bytes,
+                max_pending=cfg.http_max_pending_connections,
+            ),
         )
         ops.start()
         http_host = http_listen.rsplit(":", 1)[0]

@@ -101,6 +101,15 @@ class BlobStore:
     def read_bytes(self, digest: str) -> bytes:
         return b"".join(self.read(digest))
 
+    def read_prefix(self, digest: str, limit: int) -> bytes:
+        """At most the first `limit` bytes of a blob (b"" when it is absent): checks that look at a
+        file's start never hold a whole blob in memory, however large the blob is."""
+        try:
+            with self.path(digest).open("rb") as f:
+                return f.read(limit)
+        except FileNotFoundError:
+            return b""
+
     def _count(self, written: bool, nbytes: int) -> None:
         with self._lock:
             if written:

@@ -132,6 +132,33 @@ class ControlConfig:
     log_level: str = "info"
     # TLS of the gRPC, HTTP and UI ports and of the channels to executors (docs/security.d/tls.md).
     tls: TlsConfig = field(default_factory=TlsConfig)
+    # Bounded work per input (docs/security.d/limits.md). A log line longer than this many bytes
+    # is stored cut, with a marker saying how many bytes were dropped.
+    max_log_line_bytes: int = 16384
+    # Log bytes one job may store (all attempts); later lines are dropped after one marker line.
+    log_quota_bytes_per_job: int = 1 << 30
+    # Scalars one metrics record may carry; the rest are dropped with a marker line.
+    max_metric_points_per_record: int = 1000
+    # Samples one record may carry, and the bytes of each sample text (prompt, completion, extra).
+    max_samples_per_record: int = 100
+    max_sample_field_bytes: int = 65536
+    # The failure diagnosis reads the log tail in a worker thread for at most this long.
+    diagnosis_timeout_seconds: float = 5.0
+    # SubmitJob calls per second per user (token bucket, per replica; admins are exempt); 0: no limit.
+    submit_rate_per_user: float = 20.0
+    # Submissions a user may make at once before the rate applies.
+    submit_burst_per_user: int = 100
+    # HTTP port: connections open at once (more are answered 503 at once, without a thread).
+    http_max_connections: int = 256
+    # HTTP port: connections still sending their request head (no thread each); beyond, the
+    # oldest of them is closed to make room.
+    http_max_pending_connections: int = 1024
+    # HTTP port: a connection must send its whole request head within this many seconds.
+    http_header_timeout_seconds: float = 10.0
+    # HTTP port: a connection that neither sends nor takes bytes for this long is closed.
+    http_idle_timeout_seconds: float = 60.0
+    # HTTP port: the most bytes of request line and headers a request may have (431 beyond).
+    http_max_header_bytes: int = 16384
 
     @property
     def resolved_state_dir(self) -> pathlib.Path:
@@ -148,6 +175,17 @@ class ControlConfig:
     def fleet(self, name: str) -> FleetConfig | None:
         return next((f for f in self.fleets if f.name == name), None)
 
+    def _validate_limits(self) -> None:
+        for name in POSITIVE_LIMITS:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be greater than 0, got {getattr(self, name)}")
+        if self.max_log_line_bytes < 256:
+            raise ConfigError(f"max_log_line_bytes must be at least 256, got {self.max_log_line_bytes}")
+        if self.submit_rate_per_user < 0:
+            raise ConfigError(
+                f"submit_rate_per_user must not be negative (0: no limit), got {self.submit_rate_per_user}"
+            )
+
     def validate(self) -> None:
         """Checks that need more than types; raises ConfigError."""
         names = [f.name for f in self.fleets]
@@ -155,6 +193,7 @@ class ControlConfig:
         if dup:
             raise ConfigError(f"fleets: duplicate fleet name {sorted(dup)[0]!r}")
         known_series = {p.series for p in self.profiles}
+        self._validate_limits()
         for q in self.quotas:
             if bool(q.user) == bool(q.project):
                 raise ConfigError(f"quotas: set exactly one of user or project (series {q.series})")
@@ -202,6 +241,22 @@ class ControlConfig:
             check_listen(self.ui_listen, self.tls, "ui_listen")
         for f in self.fleets:
             check_dial(f.address, self.tls, f"fleets.{f.name}.address")
+
+
+POSITIVE_LIMITS = (
+    "max_log_line_bytes",
+    "log_quota_bytes_per_job",
+    "max_metric_points_per_record",
+    "max_samples_per_record",
+    "max_sample_field_bytes",
+    "diagnosis_timeout_seconds",
+    "submit_burst_per_user",
+    "http_max_connections",
+    "http_max_pending_connections",
+    "http_header_timeout_seconds",
+    "http_idle_timeout_seconds",
+    "http_max_header_bytes",
+)
 
 
 def load(path: pathlib.Path | str | None, env: Mapping[str, str] | None = None) -> ControlConfig:

@@ -2,12 +2,22 @@
 
 The rules read the exit code, the signal, what the capsule or executor already knew, and the last
 log lines. They are ordered from the most specific evidence to the least.
+
+The log lines are written by the job, so reading them must cost bounded work whatever they hold:
+`read_log` looks at the last MAX_TAIL_LINES lines, each cut to MAX_LINE_CHARS, with patterns that
+never put an unbounded quantifier between two literals (a pattern like `image .* not present`
+backtracks quadratically over a long line of "image image ..."). Callers run it before the database
+transaction that ends the attempt, in a worker thread with a time limit (`read_log_in_worker`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from starforge.job.v1 import job_pb2
 from starforge.job.v1 import job_state_pb2 as st
@@ -20,13 +30,20 @@ RETRYABLE = frozenset({st.FAILURE_CLASS_NODE_LOST, st.FAILURE_CLASS_INFRA, st.FA
 _OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory|oom-kill|Killed process", re.I
 )
-_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^'\n]{1,200})'")
 _DATA = re.compile(
     r"(FileNotFoundError|No such file or directory|DatasetNotFoundError|ArrowInvalid|ParquetError|"
-    r"pyarrow\.lib\.|EmptyDataError|UnicodeDecodeError).*",
+    r"pyarrow\.lib\.|EmptyDataError|UnicodeDecodeError)[^\n]{0,200}",
     re.I,
 )
-_IMAGE = re.compile(r"exec format error|image .* not present|manifest unknown|pull access denied", re.I)
+# An image reference has no spaces and is at most 255 characters: `image <ref> [is ]not present`.
+_IMAGE = re.compile(
+    r"exec format error|image \"?[^\s\"]{1,256}\"? (?:is )?not present|manifest unknown|pull access denied", re.I
+)
+MAX_TAIL_LINES = 200
+MAX_LINE_CHARS = 16384
+log = logging.getLogger("starforge.diagnosis")
+_WORKERS = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="diagnosis")
 
 HINTS: dict[int, str] = {
     st.FAILURE_CLASS_USER_CODE: "The training command failed: read the last lines above, fix the code, and "
@@ -52,6 +69,49 @@ def _relevant(lines: Sequence[str], limit: int = 20) -> list[str]:
     return tail
 
 
+@dataclass(frozen=True)
+class LogEvidence:
+    """What the rules found in an attempt's last log lines."""
+
+    integrity: str = ""  # bootstrap.sh's integrity-failure line
+    image: bool = False
+    oom: bool = False
+    killed: bool = False
+    data: str = ""  # the data error as printed
+    module: str = ""  # the missing Python module
+    tail: tuple[str, ...] = ()  # the lines a user reads in the diagnosis
+
+
+def read_log(lines: Sequence[str]) -> LogEvidence:
+    """Evidence from the last MAX_TAIL_LINES of `lines`, each read up to MAX_LINE_CHARS."""
+    bounded = [ln[:MAX_LINE_CHARS] for ln in lines[-MAX_TAIL_LINES:]]
+    text = "\n".join(bounded)
+    data = _DATA.search(text)
+    module = _MODULE.search(text)
+    return LogEvidence(
+        integrity=next((ln for ln in reversed(bounded) if "integrity check failed" in ln), ""),
+        image=_IMAGE.search(text) is not None,
+        oom=_OOM.search(text) is not None,
+        killed="Killed" in text,
+        data=data.group(0)[:200] if data else "",
+        module=module.group(1) if module else "",
+        tail=tuple(_relevant(bounded)),
+    )
+
+
+async def read_log_in_worker(lines: Sequence[str], timeout: float) -> LogEvidence:
+    """`read_log` in a worker thread, off the event loop and outside any transaction; an empty
+    LogEvidence (the exit code alone decides) when it takes longer than `timeout` seconds."""
+    if not lines:
+        return LogEvidence()
+    work = asyncio.get_running_loop().run_in_executor(_WORKERS, read_log, list(lines))
+    try:
+        return await asyncio.wait_for(work, timeout)
+    except TimeoutError:
+        log.warning("diagnosis: reading %d log lines took over %.1f s; classified by exit code", len(lines), timeout)
+        return LogEvidence(tail=tuple(ln[:MAX_LINE_CHARS] for ln in lines[-20:]))
+
+
 def diagnose(
     *,
     exit_code: int | None,
@@ -60,12 +120,13 @@ def diagnose(
     message: str = "",
     log_tail: Sequence[str] = (),
     entrypoint: str = "the training command",
+    evidence: LogEvidence | None = None,
 ) -> job_pb2.Diagnosis:
-    """A Diagnosis for a failed attempt."""
-    text = "\n".join(log_tail[-200:])
+    """A Diagnosis for a failed attempt, from `evidence` (read from `log_tail` when not given)."""
+    ev = evidence if evidence is not None else read_log(log_tail)
     cls = known_class
     summary = message
-    integrity = next((ln for ln in reversed(log_tail) if "integrity check failed" in ln), "")
+    integrity = ev.integrity
     if exit_code == EXIT_INTEGRITY or integrity:
         # bootstrap.sh's own words are the best summary, whoever classified the failure.
         cls = cls or st.FAILURE_CLASS_PRECHECK
@@ -76,15 +137,14 @@ def diagnose(
             summary = summary or "the image has no python3, which the capsule needs"
         elif exit_code == EXIT_RUNNER_PRECHECK:
             cls = st.FAILURE_CLASS_PRECHECK
-        elif _IMAGE.search(text):
+        elif ev.image:
             cls = st.FAILURE_CLASS_IMAGE
-        elif _OOM.search(text) or (exit_code == 137 and signal in (0, 9) and "Killed" in text):
+        elif ev.oom or (exit_code == 137 and signal in (0, 9) and ev.killed):
             cls = st.FAILURE_CLASS_OUT_OF_MEMORY
             summary = summary or "the training process ran out of memory"
-        elif _DATA.search(text) and not _MODULE.search(text):
+        elif ev.data and not ev.module:
             cls = st.FAILURE_CLASS_DATA
-            m = _DATA.search(text)
-            summary = summary or f"training data could not be read: {m.group(0)[:200] if m else ''}"
+            summary = summary or f"training data could not be read: {ev.data}"
         else:
             cls = st.FAILURE_CLASS_USER_CODE
     if not summary:
@@ -95,17 +155,15 @@ def diagnose(
         else:
             summary = "the attempt failed"
     hint = HINTS.get(cls, "")
-    module = _MODULE.search(text)
-    if module and cls == st.FAILURE_CLASS_USER_CODE:
+    if ev.module and cls == st.FAILURE_CLASS_USER_CODE:
         hint = (
-            f"Python module {module.group(1)!r} is missing from the image: "
-            "install it in the image or pick one that has it."
+            f"Python module {ev.module!r} is missing from the image: install it in the image or pick one that has it."
         )
     d = job_pb2.Diagnosis(
         failure_class=cls,  # type: ignore[arg-type]
         summary=summary,
         hint=hint,
-        log_tail=_relevant(log_tail),
+        log_tail=list(ev.tail),
         retryable=cls in RETRYABLE,
     )
     if exit_code is not None:

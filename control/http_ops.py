@@ -3,7 +3,8 @@
 Blobs over plain HTTP exist for pods that fetch their capsule with the image's own Python before
 anything else runs (the kuberay executor's init container); they take the same bearer tokens
 and scope rules as BlobService.ReadBlob. Runs in its own threads (stdlib ThreadingHTTPServer) so
-large downloads never block the event loop; token checks hop onto the loop.
+large downloads never block the event loop; token checks hop onto the loop. The server
+(control.http_limits) bounds the threads, time and bytes any connection can take.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from common import errors
 from control import metrics
 from control.auth import Principal, TokenVerifier
 from control.blobstore import BlobStore
+from control.http_limits import BoundedHandler, BoundedHTTPServer, HttpLimits
 
 log = logging.getLogger("starforge.http")
 BLOB_PATH = re.compile(r"^/v1/blobs/([0-9a-f]{64})$")
@@ -40,11 +42,12 @@ class OpsServer:
         loop: asyncio.AbstractEventLoop,
         ui_dir: pathlib.Path | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         ops = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             server_version = "starforge"
 
             def log_message(self, fmt: str, *args: object) -> None:
@@ -80,14 +83,11 @@ class OpsServer:
         self.verifier = verifier
         self.run_blob_check = run_blob_check
         self.loop = loop
-        self.httpd = http.server.ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
-        self.httpd.daemon_threads = True
-        if ssl_context is not None:
-            # The handshake runs on the first read, in the connection's own thread, so a slow or
-            # hostile client never stalls the accept loop.
-            self.httpd.socket = ssl_context.wrap_socket(
-                self.httpd.socket, server_side=True, do_handshake_on_connect=False
-            )
+        # TLS connections are wrapped as they are accepted and shake hands on the selector thread
+        # without blocking it (see control.http_limits), so a slow or hostile client holds no thread.
+        self.httpd = BoundedHTTPServer(
+            (host or "127.0.0.1", int(port)), Handler, limits or HttpLimits(), ssl_context=ssl_context
+        )
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="http-ops", daemon=True)
 

@@ -16,7 +16,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission, datasets, hf, secrets
+from control import admission, datasets, hf, rate_limit, secrets
 from control import metrics as prom
 from control.auth import Principal
 from control.context import Context
@@ -98,11 +98,13 @@ class JobsApi:
         self.ctx = ctx
         self.shared = SharedReads()
         self.hub = hf.HubChecker(ctx.cfg.hf_endpoint, ctx.cfg.hf_token) if ctx.cfg.hf_precheck else None
+        self.submit_rate = rate_limit.SubmitRateLimiter(ctx.cfg.submit_rate_per_user, ctx.cfg.submit_burst_per_user)
 
     async def submit(
         self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
     ) -> Submitted:
         try:
+            self.submit_rate.check(principal)  # before any admission work is spent on the call
             spec = await self.ctx.db.run(lambda s: datasets.pin(s, spec, admission.parse_config(spec)))
             admitted = await asyncio.to_thread(
                 admission.admit,

@@ -47,6 +47,21 @@ QUEUE_WAIT_SECONDS = Histogram(
 INGEST_RECORDS = Counter(
     "starforge_ingest_records_total", "Records stored from capsules, by kind", ["kind"], registry=REGISTRY
 )
+INGEST_LOG_DROPPED_BYTES = Counter(
+    "starforge_ingest_log_dropped_bytes_total",
+    "Log bytes not stored because a job's log reached its quota (log_quota_bytes_per_job)",
+    registry=REGISTRY,
+)
+HTTP_CONNECTIONS_REFUSED = Counter(
+    "starforge_http_connections_refused_total",
+    "Connections to the HTTP port answered 503 at once: http_max_connections were open",
+    registry=REGISTRY,
+)
+HTTP_CONNECTIONS_TIMED_OUT = Counter(
+    "starforge_http_connections_timed_out_total",
+    "Connections to the HTTP port closed because the request head did not arrive in time",
+    registry=REGISTRY,
+)
 BLOB_BYTES = Counter(
     "starforge_blob_bytes_uploaded_total", "Bytes of new blob content clients uploaded", registry=REGISTRY
 )

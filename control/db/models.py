@@ -7,6 +7,7 @@ contract is the schema, and reading them back never needs a migration.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Float,
     Index,
@@ -100,6 +101,10 @@ class Job(Base):
     attempts_count: Mapped[int] = mapped_column(Integer, default=0)
     # Cause of the next attempt (AttemptCause), set when the job is queued again.
     next_cause: Mapped[int] = mapped_column(Integer, default=1)
+    # Log bytes the job's attempts stored, and those dropped past log_quota_bytes_per_job
+    # (updated by ingest under the job's row lock, once per record like the lines themselves).
+    log_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    log_dropped_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     event_seq: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)

@@ -31,10 +31,14 @@ def finish_attempt(
     known_class: int = st.FAILURE_CLASS_UNSPECIFIED,
     message: str = "",
     log_tail: Sequence[str] = (),
+    evidence: diagnosis.LogEvidence | None = None,
     stopped_by_backend: bool = False,
     now: float | None = None,
 ) -> list[jobs.Transition]:
-    """End `attempt` (no-op if it already ended). Returns the transitions made."""
+    """End `attempt` (no-op if it already ended). Returns the transitions made.
+
+    `evidence` is what diagnosis.read_log found in the log tail, read before this transaction;
+    without it the rules read `log_tail` here."""
     if attempt.state not in sm.ACTIVE:
         if attempt.exit_code is None and exit_code is not None:
             attempt.exit_code = exit_code
@@ -58,6 +62,7 @@ def finish_attempt(
             message=message,
             log_tail=log_tail,
             entrypoint=entrypoint,
+            evidence=evidence,
         )
         attempt.failure_class = diag.failure_class
         reason = diag.summary

@@ -26,13 +26,13 @@ from starforge.forgelet.v1 import node_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
-from control import launch_secrets, nodes
+from control import diagnosis, launch_secrets, nodes
 from control.context import Context
 from control.db import models as m
 from control.ledger import jobs, outcomes, platform
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import Scheduler, closed_fleets, take_lease
-from control.telemetry import ingest
+from control.telemetry import bounds, ingest
 
 log = logging.getLogger("starforge.reconcile")
 OBSERVE_BATCH = 200
@@ -134,15 +134,20 @@ class Reconciler:
         return job.id
 
     async def _end(self, o: ex.Observation, now: float, *, lost: bool) -> None:
+        # the executor's tail is what the job printed: masked like its log lines (the job's secret
+        # values), cut, and read by the diagnosis outside the transaction
+        max_line = self.ctx.cfg.max_log_line_bytes
+        mask = await self.ctx.db.run(lambda s: self.ctx.masks.for_attempt(s, jobs.get_attempt(s, o.attempt_id)))
+        tail = [bounds.cut_line(mask(line), max_line) for line in o.log_tail]
+        evidence = await diagnosis.read_log_in_worker(tail, self.ctx.cfg.diagnosis_timeout_seconds)
+
         def end(s: Session) -> str:
             attempt = jobs.get_attempt(s, o.attempt_id, for_update=True)
             if attempt.state not in sm.ACTIVE:
                 return attempt.job_id
             job = jobs.get_job(s, attempt.job_id, for_update=True)
-            mask = self.ctx.masks.for_attempt(s, attempt)  # the executor's tail is the job's output
-            tail = [mask(line) for line in o.log_tail]
             if tail:
-                ingest.system_lines(s, attempt, tail)
+                ingest.system_lines(s, attempt, tail, max_line_bytes=max_line)
             if lost:
                 outcomes.finish_attempt(
                     s,
@@ -161,6 +166,7 @@ class Reconciler:
                 exit_code=code,
                 known_class=o.failure_class,
                 log_tail=tail,
+                evidence=evidence,
                 stopped_by_backend=o.state == sm.STOPPED,
                 message="stopped on the backend" if o.state == sm.STOPPED else "",
             )

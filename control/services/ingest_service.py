@@ -19,11 +19,11 @@ from starforge.ingest.v1 import ingest_service_pb2 as pb
 from starforge.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 
 from common import errors
-from control import auth, metrics
+from control import auth, diagnosis, metrics
 from control.context import Context
 from control.ledger import jobs
 from control.ledger import state_machine as sm
-from control.telemetry import ingest
+from control.telemetry import bounds, ingest
 
 MAX_RECORDS_PER_BATCH = 5000
 SIGNAL_POLL_SECONDS = 5.0
@@ -45,9 +45,62 @@ def _pending_signal(s: Session, attempt_id: str) -> int:
     return pb.CONTROL_SIGNAL_STOP if job.desired == "stop" else pb.CONTROL_SIGNAL_PAUSE
 
 
+def _segments(records: list[pb.Record]) -> list[list[pb.Record]]:
+    """`records` split before each record that ends the attempt, so that its diagnosis can read the
+    lines stored before it, outside the transaction that stores it."""
+    out: list[list[pb.Record]] = [[]]
+    for rec in records:
+        if bounds.is_ending(rec) and out[-1]:
+            out.append([])
+        out[-1].append(rec)
+    return [seg for seg in out if seg]
+
+
+def _merge(total: ingest.Applied | None, part: ingest.Applied) -> ingest.Applied:
+    if total is None:
+        return part
+    total.acked_seq, total.signal, total.job_id = part.acked_seq, part.signal, part.job_id
+    total.transitions += part.transitions
+    total.logs_added += part.logs_added
+    total.metrics_added += part.metrics_added
+    for kind, n in part.kinds.items():
+        total.kinds[kind] = total.kinds.get(kind, 0) + n
+    return total
+
+
 class IngestServicer(pb_grpc.IngestServiceServicer):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.limits = bounds.IngestLimits.of(ctx.cfg)
+
+    async def _apply(self, attempt_id: str, records: list[pb.Record], scope_attempt_id: str) -> ingest.Applied:
+        """Store a batch; before a record that ends the attempt, read the log tail and diagnose it
+        in a worker thread (bounded input, a time limit), then store the record with that evidence."""
+        total: ingest.Applied | None = None
+        for seg in _segments(records) or [[]]:  # an empty batch still gets its ack and signal
+            evidence: dict[int, diagnosis.LogEvidence] = {}
+            if seg and bounds.is_ending(seg[0]):
+                tail = await self.ctx.db.run(
+                    functools.partial(
+                        ingest.tail_for_diagnosis, attempt_id=attempt_id, scope_attempt_id=scope_attempt_id
+                    )
+                )
+                evidence[seg[0].seq] = await diagnosis.read_log_in_worker(tail, self.ctx.cfg.diagnosis_timeout_seconds)
+            part = await self.ctx.db.run(
+                functools.partial(
+                    ingest.apply_records,
+                    attempt_id=attempt_id,
+                    records=seg,
+                    # a run token without an attempt (none is issued so) matches no attempt
+                    scope_attempt_id=scope_attempt_id,
+                    masks=self.ctx.masks.for_attempt,
+                    limits=self.limits,
+                    evidence=evidence,
+                )
+            )
+            total = _merge(total, part)
+        assert total is not None
+        return total
 
     async def _read(
         self,
@@ -64,16 +117,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             st.attempt_id = batch.attempt_id
             if len(batch.records) > MAX_RECORDS_PER_BATCH:
                 raise errors.InvalidArgument(f"at most {MAX_RECORDS_PER_BATCH} records per batch")
-            applied = await self.ctx.db.run(
-                functools.partial(
-                    ingest.apply_records,
-                    attempt_id=st.attempt_id,
-                    records=list(batch.records),
-                    # a run token without an attempt (none is issued so) matches no attempt
-                    scope_attempt_id=principal.attempt_id or "",
-                    masks=self.ctx.masks.for_attempt,
-                )
-            )
+            applied = await self._apply(st.attempt_id, list(batch.records), principal.attempt_id or "")
             st.job_id, st.acked = applied.job_id, applied.acked_seq
             for kind, n in applied.kinds.items():
                 metrics.INGEST_RECORDS.labels(kind).inc(n)

@@ -2,13 +2,18 @@
 
 The cursor row of the attempt is locked while a batch is applied, so two streams of the same
 attempt (a capsule that reconnected to another replica) never store a record twice.
+
+Every record is bounded on the way in (telemetry.bounds): lines are cut, a job's log stops at its
+quota (one marker line, the dropped bytes counted on the job row, locked with the batch), oversized
+metrics and samples records are trimmed. The diagnosis of an attempt that ends reads the log tail
+before the transaction (`tail_for_diagnosis`, then diagnosis.read_log_in_worker) and is handed in.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -19,10 +24,15 @@ from starforge.job.v1 import lifecycle_event_pb2 as lc
 from starforge.job.v1 import telemetry_pb2
 
 from common import errors
+from control import diagnosis
+from control import metrics as prom
 from control.db import models as m
 from control.ledger import jobs, outcomes
 from control.ledger import state_machine as sm
-from control.telemetry import logs, metrics
+from control.telemetry import bounds, logs, metrics
+from control.telemetry.bounds import IngestLimits
+
+DEFAULT_LIMITS = IngestLimits()
 
 
 @dataclass
@@ -64,7 +74,21 @@ def _seconds(t: object) -> float:
     return seconds if seconds and MIN_SECONDS <= seconds <= MAX_SECONDS else time.time()
 
 
-def _lifecycle(s: Session, job: m.Job, attempt: m.Attempt, ev: lc.LifecycleEvent, at: float) -> list[jobs.Transition]:
+def _evidence(s: Session, job: m.Job, attempt: m.Attempt, given: diagnosis.LogEvidence | None) -> diagnosis.LogEvidence:
+    """The evidence read before the transaction, or (for callers that have none) read here."""
+    if given is not None:
+        return given
+    return diagnosis.read_log(logs.last_text(s, job.id, attempt.number, diagnosis.MAX_TAIL_LINES))
+
+
+def _lifecycle(
+    s: Session,
+    job: m.Job,
+    attempt: m.Attempt,
+    ev: lc.LifecycleEvent,
+    at: float,
+    evidence: diagnosis.LogEvidence | None,
+) -> list[jobs.Transition]:
     phase = ev.phase
     if phase == lc.LIFECYCLE_PHASE_COMMAND_STARTED:
         if attempt.state in (sm.SUBMITTED, sm.PENDING):
@@ -72,7 +96,6 @@ def _lifecycle(s: Session, job: m.Job, attempt: m.Attempt, ev: lc.LifecycleEvent
         return []
     if phase == lc.LIFECYCLE_PHASE_COMMAND_EXITED:
         code = ev.exit_code if ev.HasField("exit_code") else None
-        tail = logs.last_text(s, job.id, attempt.number)
         # USER_CODE is the capsule's default for any non-zero exit; the server's rules read the log
         # and refine it (out of memory, data, image). A more specific class from the capsule stands.
         known = ev.failure_class if ev.failure_class != st.FAILURE_CLASS_USER_CODE else st.FAILURE_CLASS_UNSPECIFIED
@@ -84,11 +107,10 @@ def _lifecycle(s: Session, job: m.Job, attempt: m.Attempt, ev: lc.LifecycleEvent
             signal=ev.signal,
             known_class=known,
             message=ev.message if known else "",
-            log_tail=tail,
+            evidence=_evidence(s, job, attempt, evidence),
             now=at,
         )
     if phase == lc.LIFECYCLE_PHASE_RUNNER_FAILED:
-        tail = logs.last_text(s, job.id, attempt.number)
         return outcomes.finish_attempt(
             s,
             job,
@@ -96,7 +118,7 @@ def _lifecycle(s: Session, job: m.Job, attempt: m.Attempt, ev: lc.LifecycleEvent
             exit_code=ev.exit_code if ev.HasField("exit_code") else None,
             known_class=ev.failure_class or st.FAILURE_CLASS_PRECHECK,
             message=ev.message,
-            log_tail=tail,
+            evidence=_evidence(s, job, attempt, evidence),
             now=at,
         )
     return []
@@ -151,6 +173,51 @@ def check_outcome_open(attempt: m.Attempt, records: Sequence[pb.Record], acked_s
         )
 
 
+def tail_for_diagnosis(s: Session, attempt_id: str, *, scope_attempt_id: str | None) -> list[str]:
+    """The log lines an ending attempt's diagnosis reads (none when the attempt already ended)."""
+    check_scope(attempt_id, scope_attempt_id)
+    attempt = jobs.get_attempt(s, attempt_id)
+    if attempt.state not in sm.ACTIVE:
+        return []
+    return logs.last_text(s, attempt.job_id, attempt.number, diagnosis.MAX_TAIL_LINES)
+
+
+class _LogWriter:
+    """The job's log lines of one batch: cut, within the job's quota, in order."""
+
+    def __init__(self, job: m.Job, limits: IngestLimits) -> None:
+        self.job = job
+        self.limits = limits
+        self.budget = bounds.LogBudget(
+            quota=limits.log_quota_bytes,
+            used=job.log_bytes or 0,
+            dropped=job.log_dropped_bytes or 0,
+            marked=bool(job.log_dropped_bytes),
+        )
+        self.rows: list[tuple[int, float, str]] = []
+
+    def add(self, stream: int, at: float, line: str) -> None:
+        text = bounds.cut_line(line, self.limits.max_line_bytes)
+        if self.budget.admit(bounds.line_bytes(text)):
+            self.rows.append((stream, at, text))
+            return
+        marker = self.budget.marker()
+        if marker is not None:
+            self.rows.append((telemetry_pb2.LOG_STREAM_SYSTEM, at, marker))
+
+    def take(self) -> list[tuple[int, float, str]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def close(self) -> None:
+        """Count what this batch stored and dropped on the job row (locked with the batch)."""
+        self.job.log_bytes = self.budget.used
+        self.job.log_dropped_bytes = self.budget.dropped
+        if self.budget.dropped_now:
+            prom.INGEST_LOG_DROPPED_BYTES.inc(self.budget.dropped_now)
+            self.budget.dropped_now = 0
+
+
 def apply_records(
     s: Session,
     attempt_id: str,
@@ -158,9 +225,15 @@ def apply_records(
     *,
     scope_attempt_id: str | None,
     masks: Masks = _no_mask,
+    limits: IngestLimits = DEFAULT_LIMITS,
+    evidence: Mapping[int, diagnosis.LogEvidence] | None = None,
 ) -> Applied:
-    """Store `records` of one attempt in order, skipping those already stored. Log lines are
-    masked with `masks` before they are stored: a job's secret values never reach the log store."""
+    """Store `records` of one attempt in order, skipping those already stored. Log lines, samples
+    and lifecycle messages are masked with `masks` first: a job's secret values never reach the
+    stores (and a line is cut after masking, so a cut never leaves half a secret).
+
+    `evidence` maps the seq of a record that ends the attempt to what its log tail holds, read
+    before this transaction (the diagnosis reads it here otherwise)."""
     check_scope(attempt_id, scope_attempt_id)
     attempt = jobs.get_attempt(s, attempt_id)
     mask = masks(s, attempt)
@@ -168,16 +241,17 @@ def apply_records(
     job = jobs.get_job(s, attempt.job_id, for_update=True)
     check_outcome_open(attempt, records, cur.acked_seq)
     out = Applied(acked_seq=cur.acked_seq, job_id=job.id)
-    log_rows: list[tuple[int, float, str]] = []
+    writer = _LogWriter(job, limits)
     metric_rows: list[tuple[int, str, float, float]] = []
 
     def flush() -> None:
-        nonlocal log_rows, metric_rows
+        nonlocal metric_rows
+        log_rows = writer.take()
         cur.next_log_offset = logs.append(s, job.id, attempt.number, cur.next_log_offset, log_rows)
         metrics.append(s, job.id, attempt.number, metric_rows)
         out.logs_added += len(log_rows)
         out.metrics_added += len(metric_rows)
-        log_rows, metric_rows = [], []
+        metric_rows = []
 
     for rec in records:
         if rec.seq <= cur.acked_seq:
@@ -190,9 +264,12 @@ def apply_records(
         at = _seconds(rec.time)
         kind = rec.WhichOneof("body")
         if kind == "log_chunk":
-            log_rows.extend((rec.log_chunk.stream, at, mask(line)) for line in rec.log_chunk.lines)
+            for line in rec.log_chunk.lines:
+                writer.add(rec.log_chunk.stream, at, mask(line))
         elif kind == "metrics":
-            points = rec.metrics.points
+            points, notes = bounds.bound_points(rec.metrics.points, limits)
+            for note in notes:
+                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, note)
             metric_rows.extend(
                 (p.step, p.name, p.value, _seconds(p.time) if p.HasField("time") else at)
                 for p in points
@@ -202,23 +279,33 @@ def apply_records(
             if nans:  # a diverged loss: SQLite cannot store NaN (it would refuse the whole batch)
                 where = ", ".join(f"{p.name} at step {p.step}" for p in nans[:3])
                 line = f"starforge: metric value NaN not stored: {where}"
-                log_rows.append((telemetry_pb2.LOG_STREAM_SYSTEM, at, line))
+                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, line)
         elif kind == "samples":
-            metrics.append_samples(s, job.id, attempt.number, _masked_samples(rec.samples.samples, mask), at)
+            samples, notes = bounds.bound_samples(_masked_samples(rec.samples.samples, mask), limits)
+            for note in notes:
+                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, note)
+            metrics.append_samples(s, job.id, attempt.number, samples, at)
         elif kind == "lifecycle":
             flush()  # the lines before an exit must be stored before the diagnosis reads them
-            out.transitions += _lifecycle(s, job, attempt, _masked_event(rec.lifecycle, mask), at)
+            given = (evidence or {}).get(rec.seq)
+            out.transitions += _lifecycle(s, job, attempt, _masked_event(rec.lifecycle, mask), at, given)
         cur.acked_seq = rec.seq
         out.kinds[kind or "empty"] = out.kinds.get(kind or "empty", 0) + 1
     flush()
+    writer.close()
     out.acked_seq = cur.acked_seq
     if job.desired in ("stop", "pause") and attempt.state in sm.ACTIVE:
         out.signal = pb.CONTROL_SIGNAL_STOP if job.desired == "stop" else pb.CONTROL_SIGNAL_PAUSE
     return out
 
 
-def system_lines(s: Session, attempt: m.Attempt, lines: Sequence[str]) -> None:
-    """Append platform lines (executor log tails, dispatch errors) to an attempt's log."""
+def system_lines(
+    s: Session, attempt: m.Attempt, lines: Sequence[str], *, max_line_bytes: int = DEFAULT_LIMITS.max_line_bytes
+) -> None:
+    """Append platform lines (executor log tails, dispatch errors) to an attempt's log.
+
+    An executor's log tail is what the job printed: each line is cut like the capsule's lines.
+    They do not count against the job's quota (at most one tail per attempt)."""
     if not lines:
         return
     cur = cursor_for(s, attempt, for_update=True)
@@ -228,5 +315,5 @@ def system_lines(s: Session, attempt: m.Attempt, lines: Sequence[str]) -> None:
         attempt.job_id,
         attempt.number,
         cur.next_log_offset,
-        [(telemetry_pb2.LOG_STREAM_SYSTEM, now, line) for line in lines],
+        [(telemetry_pb2.LOG_STREAM_SYSTEM, now, bounds.cut_line(line, max_line_bytes)) for line in lines],
     )

@@ -239,6 +239,12 @@ class ErrorReason(betterproto2.Enum):
     two references setting one variable, a FORGE_* variable, an empty or oversized value).
     """
 
+    SUBMIT_RATE_LIMITED = 33
+    """
+    RESOURCE_EXHAUSTED: the user submitted more jobs per second than the console allows
+    (submit_rate_per_user); QuotaFailure names the user and the rate, RetryInfo says when to retry.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -267,6 +273,7 @@ class ErrorReason(betterproto2.Enum):
             30: "ERROR_REASON_UNKNOWN_SECRET",
             31: "ERROR_REASON_SECRETS_DISABLED",
             32: "ERROR_REASON_BAD_SECRET",
+            33: "ERROR_REASON_SUBMIT_RATE_LIMITED",
         }
 
     @classmethod
@@ -297,6 +304,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_UNKNOWN_SECRET": 30,
             "ERROR_REASON_SECRETS_DISABLED": 31,
             "ERROR_REASON_BAD_SECRET": 32,
+            "ERROR_REASON_SUBMIT_RATE_LIMITED": 33,
         }
 
 

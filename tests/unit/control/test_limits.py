@@ -1,0 +1,116 @@
+"""Pure rules of the input bounds: line cutting, the log budget, record trimming, the rate limiter."""
+
+from __future__ import annotations
+
+import pytest
+from starforge.control.v1 import error_reason_pb2 as er
+from starforge.job.v1 import telemetry_pb2
+
+from common import errors
+from control import rate_limit
+from control.auth import Principal
+from control.telemetry import bounds
+
+
+def test_a_line_within_the_limit_is_kept_as_printed() -> None:
+    assert bounds.cut_line("x" * 256, 256) == "x" * 256
+    assert bounds.cut_line("é" * 128, 256) == "é" * 128  # 256 bytes exactly
+
+
+def test_a_long_line_is_cut_at_a_character_boundary_with_the_bytes_dropped() -> None:
+    line = "€" * 100  # 3 bytes each: 300 bytes
+    cut = bounds.cut_line(line, 256)
+    kept, _, marker = cut.partition("…")
+    assert kept == "€" * 85  # 255 bytes: the 86th character would straddle the limit
+    assert marker == " [starforge: line cut, 45 bytes dropped]"
+
+
+def test_the_log_budget_keeps_a_prefix_and_marks_once() -> None:
+    b = bounds.LogBudget(quota=10, used=0)
+    assert [b.admit(n) for n in (4, 4, 4, 1)] == [True, True, False, False]
+    assert (b.used, b.dropped) == (8, 5)
+    assert b.marker() is not None
+    assert b.marker() is None
+    again = bounds.LogBudget(quota=10, used=8, dropped=5, marked=True)
+    assert not again.admit(1)
+    assert again.marker() is None
+
+
+def test_oversized_metric_and_sample_records_are_trimmed_with_a_note() -> None:
+    limits = bounds.IngestLimits(max_points_per_record=2, max_samples_per_record=1, max_sample_field_bytes=8)
+    points = [telemetry_pb2.MetricPoint(step=1, name=n, value=1.0) for n in ("a", "b", "c")]
+    kept, notes = bounds.bound_points(points, limits)
+    assert [p.name for p in kept] == ["a", "b"] and len(notes) == 1
+    long = [telemetry_pb2.MetricPoint(step=1, name="n" * 201, value=1.0)]
+    kept, notes = bounds.bound_points(long, limits)
+    assert kept == [] and "at most 200 characters" in notes[0]
+    samples = [telemetry_pb2.Sample(step=1, prompt="p" * 20, completion="ok", reward=0.5), telemetry_pb2.Sample()]
+    out, notes = bounds.bound_samples(samples, limits)
+    assert len(out) == 1 and out[0].prompt == "p" * 8 and out[0].completion == "ok" and out[0].reward == 0.5
+    assert len(notes) == 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_rate_limiter_allows_a_burst_then_the_rate_per_user() -> None:
+    clock = Clock()
+    limiter = rate_limit.SubmitRateLimiter(rate=2.0, burst=3, clock=clock)
+    alice = Principal(user="alice", admin=False, kind="pat", token_id="t1")
+    bob = Principal(user="bob", admin=False, kind="pat", token_id="t2")
+    root = Principal(user="root", admin=True, kind="pat", token_id="t3")
+    for _ in range(3):
+        limiter.check(alice)
+    with pytest.raises(errors.ResourceExhausted) as e:
+        limiter.check(alice)
+    assert e.value.reason == er.ERROR_REASON_SUBMIT_RATE_LIMITED
+    assert e.value.retry_after_seconds == 0.5
+    assert e.value.message.endswith("at most 2 submissions per second (bursts of 3); retry in 0.5 s")
+    limiter.check(bob)  # another user's bucket is full
+    for _ in range(10):
+        limiter.check(root)  # admins are exempt
+    clock.now += 0.5
+    limiter.check(alice)
+    unlimited = rate_limit.SubmitRateLimiter(rate=0, burst=1, clock=clock)
+    for _ in range(100):
+        unlimited.check(alice)
+
+
+def test_a_full_http_pending_set_evicts_its_oldest_connection() -> None:
+    import socket
+    import threading
+    import urllib.request
+
+    from control.http_limits import BoundedHandler, BoundedHTTPServer, HttpLimits
+
+    class Ok(BoundedHandler):
+        def log_message(self, fmt: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+
+    server = BoundedHTTPServer(("127.0.0.1", 0), Ok, HttpLimits(max_pending=4, header_timeout=60))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    try:
+        half_open = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as r:
+            assert r.read() == b"ok\n"
+        oldest = half_open[0]
+        oldest.settimeout(30)
+        assert oldest.recv(100).startswith(b"HTTP/1.0 503")
+        for s in half_open:
+            s.close()
+    finally:
+        server.shutdown()
+        server.server_close()
