@@ -21,6 +21,7 @@ from starforge.control.v1 import (
     dataset_service_pb2_grpc,
     fleet_service_pb2_grpc,
 )
+from starforge.forgelet.v1 import node_registry_service_pb2_grpc
 
 from cli.errors import CliError, from_rpc
 from common.channel import CHANNEL_OPTIONS, bearer
@@ -62,6 +63,7 @@ class Client:
         self.catalog = catalog_service_pb2_grpc.CatalogServiceStub(self.channel)
         self.datasets = dataset_service_pb2_grpc.DatasetServiceStub(self.channel)
         self.fleets = fleet_service_pb2_grpc.FleetServiceStub(self.channel)
+        self.nodes = node_registry_service_pb2_grpc.NodeRegistryServiceStub(self.channel)
 
     @property
     def connected(self) -> bool:

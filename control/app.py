@@ -39,6 +39,7 @@ from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 from common.config import ConfigError
 from common.server import create_server, service
 from control import assembly, auth, capsule_assets, metrics
+from control.blob_access import BlobAccess
 from control.blobstore import BlobStore
 from control.config import ControlConfig
 from control.context import Context
@@ -213,6 +214,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         public_address="",
     )
     run_blobs = RunBlobs(db)
+    blob_access = BlobAccess(db, run_blobs.allowed)
     services = [
         service(
             ControlServicer(ctx),
@@ -225,7 +227,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"],
         ),
         service(
-            BlobServicer(store, run_blobs.allowed),
+            BlobServicer(store, blob_access),
             blob_service_pb2_grpc.add_BlobServiceServicer_to_server,
             blob_service_pb2.DESCRIPTOR.services_by_name["BlobService"],
         ),
@@ -255,13 +257,13 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             node_registry_service_pb2.DESCRIPTOR.services_by_name["NodeRegistryService"],
         ),
     ]
-    server, port, _health = await create_server(cfg.listen, services, interceptors=[auth.AuthInterceptor(verifier)])
+    server, port, _health = await create_server(cfg.listen, services, interceptors=[auth.interceptor(verifier)])
     host = cfg.listen.rsplit(":", 1)[0]
     ctx.public_address = cfg.public_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
     ops = None
     http_listen = cfg.http_listen or ("127.0.0.1:0" if cfg.ui_listen else "")
     if http_listen:
-        ops = OpsServer(http_listen, store, verifier, run_blobs.allowed, asyncio.get_running_loop(), ui_dir=cfg.ui_dir)
+        ops = OpsServer(http_listen, store, verifier, blob_access, asyncio.get_running_loop(), ui_dir=cfg.ui_dir)
         ops.start()
         http_host = http_listen.rsplit(":", 1)[0]
         http_host = "127.0.0.1" if http_host in ("0.0.0.0", "[::]", "") else http_host

@@ -16,7 +16,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission, datasets, hf
+from control import admission, blob_access, datasets, hf
 from control import metrics as prom
 from control.auth import Principal
 from control.context import Context
@@ -103,6 +103,8 @@ class JobsApi:
         self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
     ) -> Submitted:
         try:
+            workspace = [f.sha256 for f in spec.workspace.files]
+            await self.ctx.db.run(lambda s: blob_access.require_readable(s, principal, workspace, "workspace"))
             spec = await self.ctx.db.run(lambda s: datasets.pin(s, spec, admission.parse_config(spec)))
             admitted = await asyncio.to_thread(
                 admission.admit,

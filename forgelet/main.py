@@ -44,9 +44,10 @@ from common.server import create_server, serve_until_signal, service
 from executor_svc.local.executor import LocalExecutor
 from forgelet import config as fcfg
 from forgelet.gpus import discover
+from forgelet.identity import NodeIdentity
 from forgelet.node import Node
 from forgelet.registration import Registrar
-from forgelet.service import ForgeletServicer
+from forgelet.service import ForgeletServicer, authn_interceptor
 
 log = logging.getLogger("starforge.forgelet")
 DEFAULT_CONFIG = Path("/etc/starforge/forgelet.yaml")
@@ -72,6 +73,11 @@ def _advertised(cfg: fcfg.ForgeletConfig, listen: str, port: int) -> str:
 async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) -> int:
     """Run forgelet until a signal; returns the exit code."""
     try:
+        if not NodeIdentity(cfg).bearer():
+            raise ConfigError(
+                "join_token (or join_token_file): required until this node has a node credential; "
+                f"mint one with `sf admin node join-token {cfg.node_name} --fleet {cfg.fleet}`"
+            )
         inventory = await asyncio.to_thread(discover, cfg.discovery, cfg.node_name, cfg.inventory, cfg.cpu_slots)
         executor = await LocalExecutor.create(cfg.local_config(list(inventory.series)))
     except ConfigError as exc:
@@ -81,7 +87,7 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
         log.error("forgelet cannot start: %s", exc.message)
         return 1
     node = Node(cfg.node_name, cfg.fleet, "", inventory, executor)
-    servicer = ForgeletServicer(node, cfg.forgelet_token)
+    servicer = ForgeletServicer(node)
     try:
         server, port, health = await create_server(
             listen,
@@ -92,6 +98,7 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
                     fl_pb.DESCRIPTOR.services_by_name["ForgeletService"],
                 )
             ],
+            interceptors=[authn_interceptor(cfg.forgelet_token)],
         )
     except OSError as exc:
         log.error("forgelet cannot serve: %s", exc)
@@ -107,7 +114,7 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
     registrar = Registrar(
         node,
         cfg.control_address,
-        cfg.registry_token,
+        NodeIdentity(cfg),
         call_timeout=cfg.call_timeout_seconds,
         max_backoff=cfg.max_backoff_seconds,
     )
@@ -143,7 +150,7 @@ async def drain(cfg: fcfg.ForgeletConfig, address: str, grace: float, wait: floa
     """`forgelet drain` (module docstring)."""
     name, ok = cfg.node_name, True
     timeout = cfg.call_timeout_seconds
-    token = cfg.registry_token()
+    token = NodeIdentity(cfg).credential()
     async with aio_channel(cfg.control_address) as control, aio_channel(address) as local:
         registry = reg_grpc.NodeRegistryServiceStub(control)
         forgelet = fl_grpc.ForgeletServiceStub(local)
@@ -176,7 +183,7 @@ async def drain(cfg: fcfg.ForgeletConfig, address: str, grace: float, wait: floa
 
 async def undrain(cfg: fcfg.ForgeletConfig) -> int:
     """`forgelet undrain`: the node takes work again (UndrainNode on the control plane)."""
-    token = cfg.registry_token()
+    token = NodeIdentity(cfg).credential()
     async with aio_channel(cfg.control_address) as control:
         registry = reg_grpc.NodeRegistryServiceStub(control)
         try:

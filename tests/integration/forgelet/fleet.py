@@ -4,7 +4,9 @@
 stopped (SIGTERM) or killed (SIGKILL) by its PID only. `agent_console(...)` starts the console
 with an `agent` fleet (the harness starts the agent executor process) on a port chosen up front,
 because the executor starts before the control plane and must know where the registry will be;
-the agent reads the console's admin token from its file once the console wrote it.
+the agent reads the console's admin token from its file once the console wrote it. Each node is
+enrolled as in a deployment: the admin mints a join token for its name (`join_token`), and the
+forgelet exchanges it for its node credential at its first registration.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class ForgeletProcess:
     name: str
     root: pathlib.Path
     control_address: str
-    token: str
+    join_token: str
     docker_url: str = ""
     runtime: str = "docker"
     gpus: int = 8
@@ -86,7 +88,7 @@ class ForgeletProcess:
             "fleet": FLEET,
             "listen": self.address,
             "control_address": self.control_address,
-            "token": self.token,
+            "join_token": self.join_token,
             "executor_token": FORGELET_TOKEN,
             "discovery": "config",
             "inventory": [{"series": "h200", "gpus": self.gpus, "real_gpus": False}],
@@ -174,6 +176,13 @@ class ForgeletProcess:
         return (await self.call("GetNode", fl_pb.GetNodeRequest())).node
 
 
+async def join_token(c: Console, node: str, fleet: str = FLEET) -> str:
+    """A join token for `node`, minted by the console's admin (`sf admin node join-token`)."""
+    stub = reg_grpc.NodeRegistryServiceStub(c.channel)
+    r = await stub.CreateJoinToken(reg_pb.CreateJoinTokenRequest(node=node, fleet=fleet), metadata=c.md, timeout=10)
+    return r.token
+
+
 async def list_nodes(c: Console, fleet: str = FLEET) -> dict[str, node_pb2.Node]:
     stub = reg_grpc.NodeRegistryServiceStub(c.channel)
     r = await stub.ListNodes(reg_pb.ListNodesRequest(fleet=fleet), metadata=c.md, timeout=10)
@@ -230,7 +239,7 @@ async def agent_console(
         default_images={"custom": TEST_IMAGE},
         **overrides,
     ) as c:
-        fleet = {n: ForgeletProcess(n, root / n, c.address, c.token, engine.base_url) for n in names}
+        fleet = {n: ForgeletProcess(n, root / n, c.address, await join_token(c, n), engine.base_url) for n in names}
         try:
             for f in fleet.values():
                 f.start()

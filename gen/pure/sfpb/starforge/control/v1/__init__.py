@@ -205,6 +205,21 @@ class ErrorReason(betterproto2.Enum):
     ALREADY_EXISTS: the object exists (dataset version, user).
     """
 
+    NODE_IDENTITY = 21
+    """
+    PERMISSION_DENIED: a node credential or join token used for another node's name or fleet.
+    """
+
+    MESSAGE_TOO_LARGE = 22
+    """
+    RESOURCE_EXHAUSTED: the request message is larger than this method accepts.
+    """
+
+    JOIN_TOKEN_USED = 23
+    """
+    UNAUTHENTICATED: the node join token was already used, or has expired; mint a new one.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -229,6 +244,9 @@ class ErrorReason(betterproto2.Enum):
             18: "ERROR_REASON_INTERNAL",
             19: "ERROR_REASON_TOKEN_SCOPE",
             20: "ERROR_REASON_ALREADY_EXISTS",
+            21: "ERROR_REASON_NODE_IDENTITY",
+            22: "ERROR_REASON_MESSAGE_TOO_LARGE",
+            23: "ERROR_REASON_JOIN_TOKEN_USED",
         }
 
     @classmethod
@@ -255,6 +273,9 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INTERNAL": 18,
             "ERROR_REASON_TOKEN_SCOPE": 19,
             "ERROR_REASON_ALREADY_EXISTS": 20,
+            "ERROR_REASON_NODE_IDENTITY": 21,
+            "ERROR_REASON_MESSAGE_TOO_LARGE": 22,
+            "ERROR_REASON_JOIN_TOKEN_USED": 23,
         }
 
 
@@ -522,7 +543,7 @@ class Fleet(betterproto2.Message):
 
     executor_address: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
     """
-    Executor service address.
+    Executor service address; empty unless the caller is an admin.
     """
 
     state: "FleetState" = betterproto2.field(4, betterproto2.TYPE_ENUM, default_factory=lambda: FleetState(0))
