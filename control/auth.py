@@ -235,12 +235,16 @@ def _allowed(method: str) -> frozenset[str] | None:
     return None
 
 
+def _article(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
 def check_kind(principal: Principal, method: str, kinds: frozenset[str]) -> Principal:
     """The principal, if its token kind may call `method`; PERMISSION_DENIED (TOKEN_SCOPE) otherwise."""
     if principal.kind not in kinds:
-        needs = " or ".join(KIND_NAMES[k] for k in sorted(kinds))
+        needs = " or ".join(_article(KIND_NAMES[k]) for k in sorted(kinds))
         raise errors.PermissionDenied(
-            f"a {KIND_NAMES[principal.kind]} cannot call {method.rsplit('/', 1)[-1]} (it needs a {needs})",
+            f"{_article(KIND_NAMES[principal.kind])} cannot call {method.rsplit('/', 1)[-1]} (it needs {needs})",
             reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
         )
     return principal
