@@ -24,7 +24,11 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
-node_app = typer.Typer(help="Nodes of agent fleets.", no_args_is_help=True, rich_markup_mode="markdown")
+node_app = typer.Typer(
+    help="Nodes of agent fleets. Example: `sf admin node join-token gpu-07 --fleet gpu`.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 app.add_typer(node_app, name="node")
 
 
