@@ -28,6 +28,7 @@ from starforge.control.v1 import error_reason_pb2
 
 from common import errors
 from common.channel import token_from_metadata
+from common.rpc_status import internal_error
 from common.server import DEFAULT_RECEIVE_BYTES
 
 # (full method name, bearer token or None) -> the caller's identity; raises a StarforgeError to refuse.
@@ -126,6 +127,8 @@ class AuthnInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 identity = await self.resolve(method, token_from_metadata(details.invocation_metadata))
             except errors.StarforgeError as err:
                 return _refusal(err)
+            except Exception as exc:  # e.g. an unreadable token file: logged with an incident id
+                return _refusal(internal_error(exc))
         handler = await continuation(details)
         if handler is None:
             return None
