@@ -4,7 +4,8 @@
 stopped (SIGTERM) or killed (SIGKILL) by its PID only. `agent_console(...)` starts the console
 with an `agent` fleet (the harness starts the agent executor process) on a port chosen up front,
 because the executor starts before the control plane and must know where the registry will be;
-the agent reads the console's admin token from its file once the console wrote it. Each node is
+the agent reads its executor token (minted by the admin once the console is up) from a file on
+each use. Each node is
 enrolled as in a deployment: the admin mints a join token for its name (`join_token`), and the
 forgelet exchanges it for its node credential at its first registration.
 """
@@ -183,6 +184,14 @@ async def join_token(c: Console, node: str, fleet: str = FLEET) -> str:
     return r.token
 
 
+async def write_executor_token(c: Console, path: pathlib.Path, fleet: str = FLEET) -> None:
+    """The agent executor's control-plane credential (`sf admin executor-token`), as a 0600 file."""
+    stub = reg_grpc.NodeRegistryServiceStub(c.channel)
+    r = await stub.CreateExecutorToken(reg_pb.CreateExecutorTokenRequest(fleet=fleet), metadata=c.md, timeout=10)
+    path.touch(mode=0o600)
+    path.write_text(r.token + "\n")
+
+
 async def list_nodes(c: Console, fleet: str = FLEET) -> dict[str, node_pb2.Node]:
     stub = reg_grpc.NodeRegistryServiceStub(c.channel)
     r = await stub.ListNodes(reg_pb.ListNodesRequest(fleet=fleet), metadata=c.md, timeout=10)
@@ -207,7 +216,8 @@ def agent_section(root: pathlib.Path, control: str, **extra: Any) -> dict[str, A
     return {
         "fleet": FLEET,
         "control_address": control,
-        "control_token_file": str(root / "console" / "admin-token"),
+        # Written by agent_console once the console is up: an executor token for this fleet.
+        "control_token_file": str(root / "agent-token"),
         "forgelet_token": FORGELET_TOKEN,
         "runtime": "docker",
         "state_dir": str(root / "agent"),
@@ -239,6 +249,7 @@ async def agent_console(
         default_images={"custom": TEST_IMAGE},
         **overrides,
     ) as c:
+        await write_executor_token(c, root / "agent-token")
         fleet = {n: ForgeletProcess(n, root / n, c.address, await join_token(c, n), engine.base_url) for n in names}
         try:
             for f in fleet.values():
