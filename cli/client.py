@@ -23,6 +23,7 @@ from starforge.control.v1 import (
     fleet_service_pb2_grpc,
     secret_service_pb2_grpc,
 )
+from starforge.forgelet.v1 import node_registry_service_pb2_grpc
 
 from cli.errors import CliError, from_rpc, tls_failure, usage
 from common.channel import CHANNEL_OPTIONS, bearer
@@ -109,6 +110,7 @@ class Client:
         self.datasets = dataset_service_pb2_grpc.DatasetServiceStub(self.channel)
         self.fleets = fleet_service_pb2_grpc.FleetServiceStub(self.channel)
         self.secrets = secret_service_pb2_grpc.SecretServiceStub(self.channel)
+        self.nodes = node_registry_service_pb2_grpc.NodeRegistryServiceStub(self.channel)
 
     @property
     def connected(self) -> bool:

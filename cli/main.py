@@ -19,7 +19,7 @@ from typer._click import exceptions as click_exc  # typer vendors click; these a
 from typer.core import TyperGroup
 
 import cli
-from cli.commands import account, console, dataset, job, lab_cmds, recipe, secret, submit
+from cli.commands import account, admin, console, dataset, job, lab_cmds, recipe, secret, submit
 from cli.context import AppState
 from cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from cli.output import Format, print_error
@@ -160,6 +160,7 @@ app.add_typer(recipe.app, name="recipe")
 app.add_typer(account.token_app, name="token")
 app.add_typer(dataset.app, name="dataset")
 app.add_typer(secret.app, name="secret")
+app.add_typer(admin.app, name="admin")
 
 
 def main() -> None:

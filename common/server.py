@@ -25,6 +25,8 @@ from common.rpc_status import ErrorInterceptor
 log = logging.getLogger("starforge.server")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# What a server receives when no interceptor raises it (common.authn sets per-method limits).
+DEFAULT_RECEIVE_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,17 @@ async def create_server(
     """Build (not start) a server on `addr`; returns (server, bound port, health servicer).
 
     With `credentials` (`common.tls.server_credentials`) the port serves TLS, else plaintext.
+
+    The transport's receive limit is the largest per-method limit of the interceptors (an
+    `authn.AuthnInterceptor` has `max_receive_bytes`), else DEFAULT_RECEIVE_BYTES: a message
+    larger than every method accepts is refused before it is buffered.
     """
+    receive = max([DEFAULT_RECEIVE_BYTES, *(getattr(i, "max_receive_bytes", 0) for i in interceptors)])
     server = grpc.aio.server(
         # ErrorInterceptor first: it wraps everything after it, auth refusals included.
         interceptors=[ErrorInterceptor(), *interceptors],
         options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", receive),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),

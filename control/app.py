@@ -43,6 +43,7 @@ from common.server import create_server, service
 from common.tls import channel_credentials, job_ca_pem, server_credentials, server_ssl_context
 from control import assembly, auth, capsule_assets, metrics
 from control import secrets as secret_store
+from control.blob_access import BlobAccess
 from control.blobstore import BlobStore
 from control.config import ControlConfig
 from control.context import Context
@@ -239,6 +240,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         ca_pem=job_ca_pem(cfg.tls),
     )
     run_blobs = RunBlobs(db)
+    blob_access = BlobAccess(db, run_blobs.allowed)
     services = [
         service(
             ControlServicer(ctx),
@@ -251,7 +253,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"],
         ),
         service(
-            BlobServicer(store, run_blobs.allowed),
+            BlobServicer(store, blob_access),
             blob_service_pb2_grpc.add_BlobServiceServicer_to_server,
             blob_service_pb2.DESCRIPTOR.services_by_name["BlobService"],
         ),
@@ -287,7 +289,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         ),
     ]
     server, port, _health = await create_server(
-        cfg.listen, services, interceptors=[auth.AuthInterceptor(verifier)], credentials=server_credentials(cfg.tls)
+        cfg.listen, services, interceptors=[auth.interceptor(verifier)], credentials=server_credentials(cfg.tls)
     )
     host = cfg.listen.rsplit(":", 1)[0]
     ctx.public_address = cfg.public_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
@@ -298,7 +300,7 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             http_listen,
             store,
             verifier,
-            run_blobs.allowed,
+            blob_access,
             asyncio.get_running_loop(),
             ui_dir=cfg.ui_dir,
             ssl_context=server_ssl_context(cfg.tls),

@@ -1,11 +1,22 @@
-"""Accounts and tokens: personal access tokens, per-run tokens, node tokens; who may call what.
+"""Accounts and tokens: who the caller is, and which token kinds may call what.
 
-Tokens look like `sfp_<id>_<secret>` (personal), `sfr_<id>_<secret>` (run) and `sfn_<id>_<secret>`
-(node). Only sha256(secret) is stored: tokens are 256-bit random, so a slow hash adds nothing. A
+Token kinds (`sf<k>_<id>_<secret>`):
+
+- `sfp_` personal access token (pat): a user; admin rights when the user is an admin.
+- `sfr_` run token: one job's capsule (ingest, its own blobs).
+- `sfj_` join token: single use, expiring, bound to one node name and fleet; RegisterNode
+  exchanges it for a node credential (control/nodes.py).
+- `sfn_` node credential: one forgelet, bound to its node name and fleet.
+- `sfe_` executor token: an agent executor, bound to the fleet whose nodes it may list.
+
+Only sha256(secret) is stored: tokens are 256-bit random, so a slow hash adds nothing. A
 verified token is cached for `CACHE_SECONDS`, so a revocation takes effect within that time.
+Only a personal access token carries its user's admin rights: a node or executor token minted by
+an admin is not an admin.
 
-`AuthInterceptor` authenticates every call before its handler runs, checks the token kind against
-the method's policy, and exposes the caller as `current()` to the servicer.
+`interceptor()` plugs the token database into the shared `common.authn` interceptor: the
+caller is resolved and its token kind checked against `POLICY` before the request is read, and
+exposed as `current()` to the servicer.
 """
 
 from __future__ import annotations
@@ -16,26 +27,30 @@ import hmac
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-import grpc
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starforge.control.v1 import error_reason_pb2
 
-from common import errors
-from common.channel import token_from_metadata
+from common import authn, errors
 from control.db import models as m
 from control.db.engine import Database
 
 CACHE_SECONDS = 10.0
 RUN_TOKEN_GRACE_SECONDS = 600.0
 USER_RE = re.compile(r"^[a-z][a-z0-9-]{1,31}$")
-TOKEN_RE = re.compile(r"^sf([prn])_([0-9a-z]{10})_([A-Za-z0-9_-]{20,})$")
-KIND_PREFIX = {"pat": "p", "run": "r", "node": "n"}
-KIND_NAMES = {"pat": "personal access token", "run": "run token", "node": "node token"}
+TOKEN_RE = re.compile(r"^sf([prnje])_([0-9a-z]{10})_([A-Za-z0-9_-]{20,})$")
+KIND_PREFIX = {"pat": "p", "run": "r", "node": "n", "join": "j", "executor": "e"}
+KIND_NAMES = {
+    "pat": "personal access token",
+    "run": "run token",
+    "node": "node credential",
+    "join": "node join token",
+    "executor": "executor token",
+}
+# Kinds bound to a node name and/or fleet (models.TokenBinding).
+BOUND_KINDS = frozenset({"node", "join", "executor"})
 
 
 @dataclass(frozen=True)
@@ -44,10 +59,12 @@ class Principal:
 
     user: str
     admin: bool
-    kind: str  # "pat", "run" or "node"
+    kind: str  # "pat", "run", "node", "join" or "executor"
     token_id: str
     job_id: str | None = None  # run tokens: the job of their attempt
     attempt_id: str | None = None  # run tokens: the one attempt they may report for and read
+    node: str = ""  # node and join tokens: the node name they act as
+    fleet: str = ""  # node, join and executor tokens: their fleet
 
     def can_see(self, owner: str) -> bool:
         return self.admin or self.user == owner
@@ -57,7 +74,7 @@ _current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("pri
 
 
 def current() -> Principal:
-    """The caller of the RPC being served (set by AuthInterceptor)."""
+    """The caller of the RPC being served (set by the interceptor)."""
     p = _current.get()
     if p is None:
         raise errors.Unauthenticated("this call needs a token")
@@ -135,6 +152,10 @@ def expire_run_tokens(s: Session, attempt_id: str, grace_seconds: float = RUN_TO
             row.expires_at = deadline
 
 
+def _usable(row: m.Token) -> bool:
+    return row.revoked_at is None and (row.expires_at is None or row.expires_at > time.time())
+
+
 class TokenVerifier:
     """Verifies tokens against the database, with a short cache."""
 
@@ -163,6 +184,12 @@ class TokenVerifier:
             row = s.get(m.Token, token_id)
             if row is None or not hmac.compare_digest(row.secret_hash, _hash(secret)):
                 raise errors.Unauthenticated("the token is not valid; run `sf login` with a current token")
+            if row.kind == "join" and not _usable(row):
+                raise errors.Unauthenticated(
+                    f"the join token {token_id} was already used or has expired; "
+                    "mint a new one with `sf admin node join-token`",
+                    reason=error_reason_pb2.ERROR_REASON_JOIN_TOKEN_USED,
+                )
             if row.revoked_at is not None:
                 raise errors.Unauthenticated(f"the token {token_id} was revoked; create a new one")
             if row.expires_at is not None and row.expires_at <= time.time():
@@ -172,17 +199,18 @@ class TokenVerifier:
                 raise errors.Unauthenticated("the token's user no longer exists")
             if row.last_used_at is None or row.last_used_at < time.time() - 60:
                 row.last_used_at = time.time()
-            return (
-                Principal(
-                    user=user.name,
-                    admin=user.admin,
-                    kind=row.kind,
-                    token_id=row.id,
-                    job_id=row.job_id,
-                    attempt_id=row.attempt_id,
-                ),
-                row.expires_at,
+            binding = s.get(m.TokenBinding, row.id) if row.kind in BOUND_KINDS else None
+            principal = Principal(
+                user=user.name,
+                admin=user.admin and row.kind == "pat",
+                kind=row.kind,
+                token_id=row.id,
+                job_id=row.job_id,
+                attempt_id=row.attempt_id,
+                node=binding.node if binding is not None else "",
+                fleet=binding.fleet if binding is not None else "",
             )
+            return principal, row.expires_at
 
         principal, expires_at = await self.db.run(lookup)
         if len(self._cache) > 10_000:
@@ -191,17 +219,29 @@ class TokenVerifier:
         return principal
 
 
-# Which token kinds may call which method (by full method name prefix). Anything not listed under
-# /starforge. is public (health, reflection).
+# Which token kinds may call which method (by full method name prefix; the first match wins).
+# Anything not under /starforge. is public (health, reflection). Finer rules (admins only, a node
+# acting on its own name, an executor on its own fleet) are checked by the domain code.
 POLICY: list[tuple[str, frozenset[str]]] = [
     ("/starforge.ingest.v1.IngestService/", frozenset({"run"})),
-    ("/starforge.control.v1.BlobService/ReadBlob", frozenset({"pat", "run"})),
-    ("/starforge.forgelet.v1.NodeRegistryService/", frozenset({"node", "pat"})),
+    ("/starforge.control.v1.BlobService/ReadBlob", frozenset({"pat", "run", "executor"})),
+    ("/starforge.forgelet.v1.NodeRegistryService/RegisterNode", frozenset({"node", "join"})),
+    ("/starforge.forgelet.v1.NodeRegistryService/Heartbeat", frozenset({"node"})),
+    ("/starforge.forgelet.v1.NodeRegistryService/ListNodes", frozenset({"pat", "executor", "node"})),
+    ("/starforge.forgelet.v1.NodeRegistryService/DrainNode", frozenset({"pat", "node"})),
+    ("/starforge.forgelet.v1.NodeRegistryService/UndrainNode", frozenset({"pat", "node"})),
     ("/starforge.control.v1.SecretService/", frozenset({"pat"})),  # never a job's run token
     ("/starforge.", frozenset({"pat"})),
 ]
 
-Handler = Callable[..., Any]
+MIB = 1024 * 1024
+# Methods whose messages may exceed common.authn.DEFAULT_RECEIVE_BYTES (a job's or dataset's file
+# manifest: about 120 bytes a file; FindMissingBlobs: up to 100,000 digests).
+RECEIVE_LIMITS = {
+    "/starforge.control.v1.ControlService/SubmitJob": 32 * MIB,
+    "/starforge.control.v1.DatasetService/PushDataset": 32 * MIB,
+    "/starforge.control.v1.BlobService/FindMissingBlobs": 8 * MIB,
+}
 
 
 def _allowed(method: str) -> frozenset[str] | None:
@@ -211,59 +251,32 @@ def _allowed(method: str) -> frozenset[str] | None:
     return None
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Authenticates every StarForge call and sets `current()` for its handler."""
+def _article(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
-    def __init__(self, verifier: TokenVerifier) -> None:
-        self.verifier = verifier
 
-    async def _principal(self, method: str, context: Any, kinds: frozenset[str]) -> Principal:
-        principal = await self.verifier.verify(token_from_metadata(context.invocation_metadata()))
-        if principal.kind not in kinds:
-            needs = " or ".join(KIND_NAMES[k] for k in sorted(kinds))
-            raise errors.PermissionDenied(
-                f"a {KIND_NAMES[principal.kind]} cannot call {method.rsplit('/', 1)[-1]} (it needs a {needs})",
-                reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
-            )
-        return principal
+def check_kind(principal: Principal, method: str, kinds: frozenset[str]) -> Principal:
+    """The principal, if its token kind may call `method`; PERMISSION_DENIED (TOKEN_SCOPE) otherwise."""
+    if principal.kind not in kinds:
+        needs = " or ".join(_article(KIND_NAMES[k]) for k in sorted(kinds))
+        raise errors.PermissionDenied(
+            f"{_article(KIND_NAMES[principal.kind])} cannot call {method.rsplit('/', 1)[-1]} (it needs {needs})",
+            reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
+        )
+    return principal
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-        details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = await continuation(details)
-        method = details.method
+
+def interceptor(verifier: TokenVerifier) -> authn.AuthnInterceptor:
+    """The control plane's interceptor: the shared one, resolving tokens from the database."""
+
+    async def resolve(method: str, token: str | None) -> Principal:
         kinds = _allowed(method)
-        if handler is None or kinds is None:
-            return handler
-        outer = self
+        assert kinds is not None  # only protected methods are resolved
+        return check_kind(await verifier.verify(token), method, kinds)
 
-        def unary(behavior: Handler) -> Handler:
-            async def wrapper(request: Any, context: Any) -> Any:
-                _current.set(await outer._principal(method, context, kinds))
-                return await behavior(request, context)
-
-            return wrapper
-
-        def stream(behavior: Handler) -> Handler:
-            async def wrapper(request: Any, context: Any) -> AsyncIterator[Any]:
-                _current.set(await outer._principal(method, context, kinds))
-                async for item in behavior(request, context):
-                    yield item
-
-            return wrapper
-
-        kw = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kw)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(stream(handler.unary_stream), **kw)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kw)
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(stream(handler.stream_stream), **kw)
-        return handler
+    return authn.AuthnInterceptor(
+        resolve,
+        protects=lambda method: _allowed(method) is not None,
+        bind=_current.set,
+        limits=RECEIVE_LIMITS,
+    )

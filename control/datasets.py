@@ -19,6 +19,7 @@ from starforge.job.v1 import job_spec_pb2, workspace_pb2
 
 from common import errors
 from common.sensitive import bad_path
+from control import blob_access
 from control.auth import Principal
 from control.blobstore import BlobStore
 from control.db import models as m
@@ -82,6 +83,8 @@ def push(
         raise errors.FailedPrecondition(
             f"{len(missing)} dataset file(s) were not uploaded; push again with sf", reason=er.ERROR_REASON_MISSING_BLOB
         )
+    # Only content the pusher may read can be published (then every user may read it).
+    blob_access.require_readable(s, p, (f.sha256 for f in manifest.files), "dataset")
     existing = _versions(s, p.user, name)
     files: list[workspace_pb2.WorkspaceFile] = sorted(manifest.files, key=lambda f: f.path)
     canonical = workspace_pb2.WorkspaceManifest(files=files)
@@ -109,6 +112,7 @@ def push(
     )
     s.add(row)
     s.flush()
+    blob_access.record(s, blob_access.PUBLIC, (f.sha256 for f in manifest.files))
     return _proto(row, [r.version for r in existing] + [version], True)
 
 

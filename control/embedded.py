@@ -31,6 +31,7 @@ import logging
 import os
 import pathlib
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -143,7 +144,11 @@ def ensure_capsule() -> pathlib.Path:
     return CAPSULE_DIR
 
 
-def start_executor(state_dir: pathlib.Path, runtime: str, timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], str]:
+def start_executor(
+    state_dir: pathlib.Path, runtime: str, token: str, timeout: float = 60.0
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the local executor service requiring `token` (passed in its environment, never
+    written to disk: each `sf up` makes a new one); returns (process, address)."""
     ready = state_dir / "executor.ready"
     ready.unlink(missing_ok=True)
     logf = (state_dir / "executor.log").open("ab")
@@ -165,6 +170,7 @@ def start_executor(state_dir: pathlib.Path, runtime: str, timeout: float = 60.0)
         stderr=subprocess.STDOUT,
         start_new_session=True,
         cwd=REPO,
+        env={**os.environ, "STARFORGE_EXECUTOR_TOKEN": token},
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -199,7 +205,9 @@ def default_ui_listen(listen: str) -> str:
     return f"{host}:{int(port) + 10}" if port.isdigit() and int(port) else ""
 
 
-def console_config(state_dir: pathlib.Path, listen: str, executor_address: str, ui_listen: str = "") -> ControlConfig:
+def console_config(
+    state_dir: pathlib.Path, listen: str, executor_address: str, ui_listen: str = "", executor_token: str = ""
+) -> ControlConfig:
     path = state_dir / "console.yaml"
     _write_default(path, CONSOLE_DEFAULTS)
     cfg = load_config(ControlConfig, path, {})
@@ -220,6 +228,7 @@ def console_config(state_dir: pathlib.Path, listen: str, executor_address: str, 
                 kind="local",
                 address=executor_address,
                 inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=CPU_SLOTS)],
+                token=executor_token,
             )
         ],
     )
@@ -265,11 +274,14 @@ def run_embedded(
     state_dir = state_dir.expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     let_jobs_pass(state_dir)
-    proc, address = start_executor(state_dir, runtime)
+    # The executor runs attempts for whoever can call it: it gets a random token of its own that
+    # only this control plane knows, even on loopback (other local users share 127.0.0.1).
+    executor_token = secrets.token_urlsafe(32)
+    proc, address = start_executor(state_dir, runtime, executor_token)
     make_private(state_dir)  # after the executor started: its own files keep their modes
     try:
         ui = default_ui_listen(listen) if ui_listen is None else ui_listen
-        cfg = console_config(state_dir, listen, address, ui)
+        cfg = console_config(state_dir, listen, address, ui, executor_token)
         asyncio.run(_serve(cfg, ready_file))
     finally:
         stop_process(proc)

@@ -17,14 +17,13 @@ import pathlib
 import re
 import ssl
 import threading
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from common import errors
 from control import metrics
 from control.auth import Principal, TokenVerifier
+from control.blob_access import BlobAccess
 from control.blobstore import BlobStore
 from control.http_limits import BoundedHandler, BoundedHTTPServer, HttpLimits
 
@@ -38,7 +37,7 @@ class OpsServer:
         listen: str,
         store: BlobStore,
         verifier: TokenVerifier,
-        run_blob_check: Callable[[str, str], Coroutine[Any, Any, bool]],
+        access: BlobAccess,
         loop: asyncio.AbstractEventLoop,
         ui_dir: pathlib.Path | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -81,7 +80,7 @@ class OpsServer:
         self.ui_dir = ui_dir.resolve() if ui_dir is not None else None
         self.store = store
         self.verifier = verifier
-        self.run_blob_check = run_blob_check
+        self.access = access
         self.loop = loop
         # TLS connections are wrapped as they are accepted and shake hands on the selector thread
         # without blocking it (see control.http_limits), so a slow or hostile client holds no thread.
@@ -115,14 +114,13 @@ class OpsServer:
     def serve_blob(self, h: http.server.BaseHTTPRequestHandler, digest: str) -> None:
         try:
             p = self._principal(h.headers.get("Authorization"))
-            if p.kind == "run":
-                ok: bool = asyncio.run_coroutine_threadsafe(
-                    self.run_blob_check(p.attempt_id or "", digest), self.loop
-                ).result(30)
-                if not ok:
-                    raise errors.PermissionDenied("this run token may only read its own attempt's blobs")
-            elif p.kind != "pat":
+            if p.kind not in ("pat", "run", "executor"):
                 raise errors.PermissionDenied(f"a {p.kind} token cannot read blobs")
+            ok: bool = asyncio.run_coroutine_threadsafe(self.access.may_read(p, digest), self.loop).result(30)
+            if not ok and p.kind == "run":
+                raise errors.PermissionDenied("this run token may only read its own attempt's blobs")
+            if not ok:  # the answer for content that does not exist: nothing to probe
+                raise errors.NotFound(f"blob {digest} not found")
             size = self.store.size(digest)
         except errors.StarforgeError as e:
             code = {

@@ -16,7 +16,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission, datasets, hf, rate_limit, secrets
+from control import admission, blob_access, datasets, hf, rate_limit, secrets
 from control import metrics as prom
 from control.auth import Principal
 from control.context import Context
@@ -105,6 +105,8 @@ class JobsApi:
     ) -> Submitted:
         try:
             self.submit_rate.check(principal)  # before any admission work is spent on the call
+            workspace = [f.sha256 for f in spec.workspace.files]
+            await self.ctx.db.run(lambda s: blob_access.require_readable(s, principal, workspace, "workspace"))
             spec = await self.ctx.db.run(lambda s: datasets.pin(s, spec, admission.parse_config(spec)))
             admitted = await asyncio.to_thread(
                 admission.admit,

@@ -23,6 +23,7 @@ dataclass and adding a kind never edits this file.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import pathlib
 from collections.abc import Mapping
 from typing import Any
@@ -40,8 +41,11 @@ class ServiceConfig:
 
     # Address to serve on; `--listen` overrides it. Port 0 picks a free port.
     listen: str = "127.0.0.1:7071"
-    # Bearer token every call must carry; empty means no token (loopback-only deployments).
+    # Bearer token every call must carry (the control plane's `fleets[].token`). Required unless
+    # `insecure: true`.
     token: str = ""
+    # Serve without a token; allowed only on a loopback listen address (a single-machine setup).
+    insecure: bool = False
     # Logging level: debug, info, warning, error.
     log_level: str = "info"
     # Seconds in-flight calls get to finish after SIGTERM.
@@ -58,6 +62,8 @@ class ServiceConfig:
                 "tls.ca_file, tls.client_cert_file: an executor's tls: section is for its served port only; "
                 "the agent kind's channels take theirs under agent.tls"
             )
+        if self.token and self.insecure:
+            raise ConfigError("token and insecure: set a token, or insecure: true (loopback only), not both")
 
 
 def service_config_class(kind: str, kind_config: type[Any]) -> type[Any]:
@@ -75,3 +81,32 @@ def load_service_config(
 ) -> Any:
     """Load the configuration of an executor process of `kind` (see the module docstring)."""
     return load_config(service_config_class(kind, kind_config), path, env, prefix=ENV_PREFIX)
+
+
+def is_loopback(listen: str) -> bool:
+    """True when `listen` (host:port) binds a loopback address only."""
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen_security(cfg: ServiceConfig, listen: str) -> None:
+    """Whoever can call an executor service can run containers: refuse to serve without a token,
+    except `insecure: true` on a loopback address."""
+    if cfg.token:
+        return
+    if not cfg.insecure:
+        raise ConfigError(
+            "token: required (every ExecutorService call must carry it; set the same value as the "
+            "control plane's fleets[].token, or STARFORGE_EXECUTOR_TOKEN). For a single-machine "
+            "setup on a loopback address only, set insecure: true instead"
+        )
+    if not is_loopback(listen):
+        raise ConfigError(
+            f"insecure: true is allowed only on a loopback listen address (127.0.0.1, ::1), not {listen!r}; "
+            "set a token instead"
+        )

@@ -4,7 +4,8 @@
 
 The kind comes from `executor_svc.registry`; its configuration from the file (see
 `executor_svc.config`). The server has the health service and reflection, requires the `token`
-bearer token on every ExecutorService call when one is configured, and stops gracefully on
+bearer token on every ExecutorService call (checked before the request is read; only an
+`insecure: true` service on a loopback address runs without one), and stops gracefully on
 SIGTERM/SIGINT. Stopping the executor never stops the attempts it runs.
 
 Once serving, the bound address is written to `--ready-file` as JSON `{"address": ..., "pid": ...}`
@@ -33,9 +34,9 @@ from common.server import create_server, serve_until_signal, service
 from common.tls import check_listen, server_credentials
 from common.tls import mode as tls_mode
 from common.undumpable import make_undumpable
-from executor_svc.config import load_service_config
+from executor_svc.config import check_listen_security, load_service_config
 from executor_svc.registry import ExecutorKind, UnknownKind, get_kind, valid_kinds
-from executor_svc.service import ExecutorServicer
+from executor_svc.service import ExecutorServicer, authn_interceptor
 
 log = logging.getLogger("starforge.executor")
 
@@ -63,7 +64,7 @@ async def serve(kind: ExecutorKind, cfg: Any, listen: str, ready_file: Path | No
     except errors.StarforgeError as exc:
         log.error("cannot start the %s executor: %s", kind.name, exc.message)
         return 1
-    servicer = ExecutorServicer(executor, token=cfg.token or None)
+    servicer = ExecutorServicer(executor)
     try:
         server, port, health = await create_server(
             listen,
@@ -75,6 +76,7 @@ async def serve(kind: ExecutorKind, cfg: Any, listen: str, ready_file: Path | No
                 )
             ],
             credentials=credentials,
+            interceptors=[authn_interceptor(cfg.token)],
         )
     except OSError as exc:
         log.error("cannot serve the %s executor: %s", kind.name, exc)
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         kind = get_kind(args.kind)
         cfg = load_service_config(kind.name, kind.config_class, args.config, os.environ)
         check_listen(args.listen or cfg.listen, cfg.tls, "--listen" if args.listen else "listen")
+        check_listen_security(cfg, args.listen or cfg.listen)
     except (UnknownKind, ConfigError) as exc:
         print(f"starforge-executor: {exc}", file=sys.stderr)
         return 2

@@ -8,32 +8,24 @@ from starforge.executor.v1 import executor_service_pb2 as ex_pb
 from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
 from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
-from common import errors
-from common.channel import token_from_metadata
+from common import authn, errors
 from executor_svc.base import Executor, capabilities_to_proto, observation_to_proto
 
 DEFAULT_GRACE_SECONDS = 10.0
 
 
 class ExecutorServicer(ex_grpc.ExecutorServiceServicer):
-    """Serves one Executor. When `token` is set, every call must carry it as a bearer token."""
+    """Serves one Executor. Callers are authenticated before a handler runs (`authn_interceptor`)."""
 
-    def __init__(self, executor: Executor, token: str | None = None) -> None:
+    def __init__(self, executor: Executor) -> None:
         self._executor = executor
-        self._token = token
-
-    def _check(self, context: Any) -> None:
-        if self._token and token_from_metadata(context.invocation_metadata()) != self._token:
-            raise errors.Unauthenticated("the executor token is missing or wrong")
 
     async def DescribeCapabilities(
         self, request: ex_pb.DescribeCapabilitiesRequest, context: Any
     ) -> ex_pb.DescribeCapabilitiesResponse:
-        self._check(context)
         return capabilities_to_proto(await self._executor.describe())
 
     async def Launch(self, request: lr_pb.LaunchRequest, context: Any) -> ex_pb.LaunchResponse:
-        self._check(context)
         if not request.attempt_id:
             raise errors.InvalidArgument(
                 "attempt_id is required", field_violations=(errors.FieldViolation("attempt_id", "empty"),)
@@ -48,20 +40,31 @@ class ExecutorServicer(ex_grpc.ExecutorServiceServicer):
         )
 
     async def Observe(self, request: ex_pb.ObserveRequest, context: Any) -> ex_pb.ObserveResponse:
-        self._check(context)
         found = await self._executor.observe(list(request.attempt_ids))
         return ex_pb.ObserveResponse(observations=[observation_to_proto(o) for o in found])
 
     async def Stop(self, request: ex_pb.StopRequest, context: Any) -> ex_pb.StopResponse:
-        self._check(context)
         grace = float(request.grace_seconds) if request.grace_seconds > 0 else DEFAULT_GRACE_SECONDS
         return ex_pb.StopResponse(stopped=await self._executor.stop(request.attempt_id, grace))
 
     async def Cleanup(self, request: ex_pb.CleanupRequest, context: Any) -> ex_pb.CleanupResponse:
-        self._check(context)
         return ex_pb.CleanupResponse(removed=await self._executor.cleanup(request.attempt_id))
 
     async def ListAttempts(self, request: ex_pb.ListAttemptsRequest, context: Any) -> ex_pb.ListAttemptsResponse:
-        self._check(context)
         found = await self._executor.list_attempts()
         return ex_pb.ListAttemptsResponse(observations=[observation_to_proto(o) for o in found])
+
+
+# Launch carries the workspace's file manifest (about 120 bytes a file).
+RECEIVE_LIMITS = {"/starforge.executor.v1.ExecutorService/Launch": 32 * 1024 * 1024}
+
+
+def authn_interceptor(token: str) -> authn.AuthnInterceptor:
+    """Every ExecutorService call must carry `token`; an empty token (`insecure: true`, loopback
+    only) checks nothing but the message sizes."""
+    service_methods = authn.everything_under("/starforge.executor.v1.ExecutorService/")
+    return authn.AuthnInterceptor(
+        authn.static_token(lambda: token, "executor"),
+        protects=service_methods if token else (lambda method: False),
+        limits=RECEIVE_LIMITS,
+    )

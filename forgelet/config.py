@@ -5,7 +5,7 @@
     listen: 0.0.0.0:7072
     advertise: 10.0.0.7:7072           # what the agent executor dials; default: the bound address
     control_address: 10.0.0.1:7070
-    token_file: /etc/starforge/node-token   # node token (or a PAT) for NodeRegistryService
+    join_token_file: /etc/starforge/join-token  # `sf admin node join-token NODE --fleet F`, used once
     executor_token_file: /etc/starforge/forgelet-token  # what the agent executor must present
     tls:                               # ForgeletService over mutual TLS; TLS to the control plane
       cert_file: /etc/starforge/tls/node.crt
@@ -72,7 +72,11 @@ class ForgeletConfig:
     # Address the agent executor dials; empty: the bound listen address (not 0.0.0.0).
     advertise: str = ""
     control_address: str = "127.0.0.1:7070"
-    # Node token (sfn_...) or a personal access token for NodeRegistryService, or a file holding it.
+    # Join token (sfj_..., single use, bound to this node's name and fleet) or a file holding it:
+    # the first registration exchanges it for a node credential stored in <state_dir>/node-token.
+    join_token: str = ""
+    join_token_file: str = ""
+    # An already-issued node credential (sfn_...) or a file holding it; wins over the stored one.
     token: str = ""
     token_file: str = ""
     # Bearer token the agent executor must present on ForgeletService calls (or a file holding it).
@@ -104,6 +108,8 @@ class ForgeletConfig:
             raise ConfigError(f"log_level: {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
         if self.token and self.token_file:
             raise ConfigError("token and token_file: set one, not both")
+        if self.join_token and self.join_token_file:
+            raise ConfigError("join_token and join_token_file: set one, not both")
         if self.executor_token and self.executor_token_file:
             raise ConfigError("executor_token and executor_token_file: set one, not both")
         if not (self.executor_token or self.executor_token_file):
@@ -125,10 +131,15 @@ class ForgeletConfig:
         return self.local.state_dir.expanduser().resolve()
 
     def registry_token(self) -> str:
-        return _secret(self.token, self.token_file, "token_file")
+        """The node credential given in the config ("" when none)."""
+        return read_secret(self.token, self.token_file, "token_file")
+
+    def join(self) -> str:
+        """The join token given in the config ("" when none)."""
+        return read_secret(self.join_token, self.join_token_file, "join_token_file")
 
     def forgelet_token(self) -> str:
-        return _secret(self.executor_token, self.executor_token_file, "executor_token_file")
+        return read_secret(self.executor_token, self.executor_token_file, "executor_token_file")
 
     def local_config(self, inventory: list[SeriesConfig]) -> LocalConfig:
         """The local executor's config for this node, with the discovered (or configured) GPUs."""
@@ -144,7 +155,7 @@ class ForgeletConfig:
         )
 
 
-def _secret(value: str, path: str, key: str) -> str:
+def read_secret(value: str, path: str, key: str) -> str:
     """A token given inline or in a file (read each time, so a rotated file takes effect)."""
     if value or not path:
         return value

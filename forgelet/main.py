@@ -47,9 +47,10 @@ from common.undumpable import make_undumpable
 from executor_svc.local.executor import LocalExecutor
 from forgelet import config as fcfg
 from forgelet.gpus import discover
+from forgelet.identity import NodeIdentity
 from forgelet.node import Node
 from forgelet.registration import Registrar
-from forgelet.service import ForgeletServicer
+from forgelet.service import ForgeletServicer, authn_interceptor
 
 log = logging.getLogger("starforge.forgelet")
 DEFAULT_CONFIG = Path("/etc/starforge/forgelet.yaml")
@@ -77,6 +78,11 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
     try:
         credentials = server_credentials(cfg.tls)
         control_credentials = channel_credentials(cfg.tls)
+        if not NodeIdentity(cfg).bearer():
+            raise ConfigError(
+                "join_token (or join_token_file): required until this node has a node credential; "
+                f"mint one with `sf admin node join-token {cfg.node_name} --fleet {cfg.fleet}`"
+            )
     except ConfigError as exc:
         log.error("forgelet: %s", exc)
         return 2
@@ -90,7 +96,7 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
         log.error("forgelet cannot start: %s", exc.message)
         return 1
     node = Node(cfg.node_name, cfg.fleet, "", inventory, executor)
-    servicer = ForgeletServicer(node, cfg.forgelet_token)
+    servicer = ForgeletServicer(node)
     try:
         server, port, health = await create_server(
             listen,
@@ -102,6 +108,7 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
                 )
             ],
             credentials=credentials,
+            interceptors=[authn_interceptor(cfg.forgelet_token)],
         )
     except OSError as exc:
         log.error("forgelet cannot serve: %s", exc)
@@ -119,7 +126,7 @@ async def serve(cfg: fcfg.ForgeletConfig, listen: str, ready_file: Path | None) 
     registrar = Registrar(
         node,
         cfg.control_address,
-        cfg.registry_token,
+        NodeIdentity(cfg),
         call_timeout=cfg.call_timeout_seconds,
         max_backoff=cfg.max_backoff_seconds,
         credentials=control_credentials,
@@ -156,7 +163,7 @@ async def drain(cfg: fcfg.ForgeletConfig, address: str, grace: float, wait: floa
     """`forgelet drain` (module docstring)."""
     name, ok = cfg.node_name, True
     timeout = cfg.call_timeout_seconds
-    token = cfg.registry_token()
+    token = NodeIdentity(cfg).credential()
     credentials = channel_credentials(cfg.tls)
     local_credentials = credentials if cfg.tls.serving else None
     async with (
@@ -194,7 +201,7 @@ async def drain(cfg: fcfg.ForgeletConfig, address: str, grace: float, wait: floa
 
 async def undrain(cfg: fcfg.ForgeletConfig) -> int:
     """`forgelet undrain`: the node takes work again (UndrainNode on the control plane)."""
-    token = cfg.registry_token()
+    token = NodeIdentity(cfg).credential()
     async with aio_channel(cfg.control_address, channel_credentials(cfg.tls)) as control:
         registry = reg_grpc.NodeRegistryServiceStub(control)
         try:

@@ -9,6 +9,9 @@ the registry's node timeout once the control plane is back.
 
 A forgelet restart is just another RegisterNode: the registry keeps a DRAINING/DRAINED state
 across it, and the attempts that kept running are reported again from the first heartbeat.
+
+Calls carry the node's identity (`forgelet.identity`): the join token until the first
+RegisterNode returns the node credential, which is stored before it is used.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 
 import grpc
 from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
@@ -25,6 +27,7 @@ from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
 from common.channel import aio_channel, bearer
 from common.config import ConfigError
 from common.rpc_status import from_rpc_error
+from forgelet.identity import NodeIdentity
 from forgelet.node import Node
 
 log = logging.getLogger("starforge.forgelet.registration")
@@ -40,7 +43,7 @@ class Registrar:
         self,
         node: Node,
         control_address: str,
-        token: Callable[[], str],
+        identity: NodeIdentity,
         *,
         call_timeout: float = 5.0,
         max_backoff: float = 5.0,
@@ -49,7 +52,7 @@ class Registrar:
         self.node = node
         self._channel = aio_channel(control_address, credentials)
         self._stub = reg_grpc.NodeRegistryServiceStub(self._channel)
-        self._token = token
+        self._identity = identity
         self._timeout = call_timeout
         self._max_backoff = max_backoff
         self.interval = DEFAULT_INTERVAL_SECONDS
@@ -57,7 +60,7 @@ class Registrar:
         self.heartbeats = 0
 
     def _md(self) -> tuple[tuple[str, str], ...]:
-        token = self._token()
+        token = self._identity.bearer()
         return bearer(token) if token else ()
 
     async def register(self) -> None:
@@ -65,6 +68,9 @@ class Registrar:
         r = await self._stub.RegisterNode(
             reg_pb.RegisterNodeRequest(node=self.node.proto(usage)), metadata=self._md(), timeout=self._timeout
         )
+        if r.node_token:
+            await asyncio.to_thread(self._identity.store, r.node_token)
+            log.info("joined: node credential stored in %s", self._identity.credential_path)
         self.interval = float(r.heartbeat_interval_seconds) or DEFAULT_INTERVAL_SECONDS
         self.registered = True
         self.node.apply_registry_state(r.node.state)

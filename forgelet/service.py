@@ -1,15 +1,15 @@
 """ForgeletService servicer: adapts the agent executor's calls to this node's local executor.
 
-Only adaptation lives here (proto -> LocalExecutor call -> proto) plus the two node-level rules
-the local executor does not know: every call must carry the executor token, and a draining node
-takes no new attempts. Drain stops what runs; how the control plane accounts for those attempts
-is described in docs/forgelet.md ("Draining a node").
+Only adaptation lives here (proto -> LocalExecutor call -> proto) plus the node-level rule the
+local executor does not know: a draining node takes no new attempts. Every call must carry the
+executor token; `authn_interceptor` checks it before the request is read. Drain stops what
+runs; how the control plane accounts for those attempts is described in docs/forgelet.md
+("Draining a node").
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -17,8 +17,7 @@ from typing import Any
 from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
 from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
 
-from common import errors
-from common.channel import token_from_metadata
+from common import authn, errors
 from executor_svc.base import LaunchResult, observation_to_proto
 from forgelet.node import Node
 
@@ -26,29 +25,20 @@ log = logging.getLogger("starforge.forgelet.service")
 
 
 class ForgeletServicer(fl_grpc.ForgeletServiceServicer):
-    """Serves ForgeletService for one node; every call must carry the executor token `token()`."""
+    """Serves ForgeletService for one node (callers are authenticated by `authn_interceptor`)."""
 
-    def __init__(self, node: Node, token: Callable[[], str]) -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
-        self._token = token
         self._starting: dict[str, asyncio.Future[LaunchResult]] = {}
-
-    def _check(self, context: Any) -> None:
-        expected = self._token()
-        given = token_from_metadata(context.invocation_metadata())
-        if not expected or given is None or not hmac.compare_digest(given, expected):
-            raise errors.Unauthenticated("the forgelet executor token is missing or wrong")
 
     @property
     def _grace(self) -> float:
         return self.node.executor.cfg.default_stop_grace_seconds
 
     async def GetNode(self, request: fl_pb.GetNodeRequest, context: Any) -> fl_pb.GetNodeResponse:
-        self._check(context)
         return fl_pb.GetNodeResponse(node=self.node.proto(await self.node.usage()))
 
     async def StartAttempt(self, request: fl_pb.StartAttemptRequest, context: Any) -> fl_pb.StartAttemptResponse:
-        self._check(context)
         if not request.launch.attempt_id:
             raise errors.InvalidArgument(
                 "launch.attempt_id is required",
@@ -79,7 +69,6 @@ class ForgeletServicer(fl_grpc.ForgeletServiceServicer):
     async def InspectAttempts(
         self, request: fl_pb.InspectAttemptsRequest, context: Any
     ) -> fl_pb.InspectAttemptsResponse:
-        self._check(context)
         if request.attempt_ids:
             found = await self.node.executor.observe(list(request.attempt_ids))
         else:
@@ -87,16 +76,13 @@ class ForgeletServicer(fl_grpc.ForgeletServiceServicer):
         return fl_pb.InspectAttemptsResponse(observations=[observation_to_proto(o) for o in found])
 
     async def StopAttempt(self, request: fl_pb.StopAttemptRequest, context: Any) -> fl_pb.StopAttemptResponse:
-        self._check(context)
         grace = float(request.grace_seconds) if request.grace_seconds > 0 else self._grace
         return fl_pb.StopAttemptResponse(stopped=await self.node.executor.stop(request.attempt_id, grace))
 
     async def RemoveAttempt(self, request: fl_pb.RemoveAttemptRequest, context: Any) -> fl_pb.RemoveAttemptResponse:
-        self._check(context)
         return fl_pb.RemoveAttemptResponse(removed=await self.node.executor.cleanup(request.attempt_id) > 0)
 
     async def Drain(self, request: fl_pb.DrainRequest, context: Any) -> fl_pb.DrainResponse:
-        self._check(context)
         self.node.drain_locally()
         # Starts accepted before the drain finish first, so that they are stopped below too.
         await asyncio.gather(*list(self._starting.values()), return_exceptions=True)
@@ -105,3 +91,16 @@ class ForgeletServicer(fl_grpc.ForgeletServiceServicer):
         ids = [a for a, was_running in zip(active, stopped, strict=True) if was_running]
         log.info("node %s drained: stopped %d attempts %s", self.node.name, len(ids), ids)
         return fl_pb.DrainResponse(stopped_attempt_ids=ids)
+
+
+# StartAttempt carries the LaunchRequest with the workspace's file manifest.
+RECEIVE_LIMITS = {"/starforge.forgelet.v1.ForgeletService/StartAttempt": 32 * 1024 * 1024}
+
+
+def authn_interceptor(token: Callable[[], str]) -> authn.AuthnInterceptor:
+    """Every ForgeletService call must carry the executor token `token()` (read per call)."""
+    return authn.AuthnInterceptor(
+        authn.static_token(token, "forgelet executor"),
+        protects=authn.everything_under("/starforge.forgelet.v1.ForgeletService/"),
+        limits=RECEIVE_LIMITS,
+    )

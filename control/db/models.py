@@ -276,3 +276,21 @@ class Secret(Base):
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
     updated_by: Mapped[str] = mapped_column(String(64))
+
+
+class TokenBinding(Base):
+    """What a join, node or executor token is bound to: a node name (join, node) and a fleet."""
+
+    __tablename__ = "token_bindings"
+    token_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), default="", index=True)
+    fleet: Mapped[str] = mapped_column(String(64), default="")
+
+
+class BlobOwner(Base):
+    """A user who uploaded (or re-uploaded) a blob: who may read it and learn that it exists."""
+
+    __tablename__ = "blob_owners"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)

@@ -1,9 +1,9 @@
-"""BlobService: the content-addressed store, over gRPC."""
+"""BlobService: the content-addressed store, over gRPC. Who may read or probe what: control/blob_access.py."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starforge.control.v1 import blob_service_pb2 as pb
@@ -13,20 +13,18 @@ from starforge.control.v1 import error_reason_pb2
 from common import errors
 from common.hashing import is_digest
 from control import auth, metrics
+from control.blob_access import BlobAccess
 from control.blobstore import BlobStore, BlobWriter
 
 MAX_FIND = 100_000
 # Whole small blobs of one UploadBlobs stream written at once (their fsyncs overlap).
 MAX_PARALLEL_WRITES = 16
 
-# Returns True when `digest` belongs to attempt `attempt_id` (its workspace, capsule or datasets).
-RunBlobCheck = Callable[[str, str], Awaitable[bool]]
-
 
 class BlobServicer(pb_grpc.BlobServiceServicer):
-    def __init__(self, store: BlobStore, run_blob_check: RunBlobCheck) -> None:
+    def __init__(self, store: BlobStore, access: BlobAccess) -> None:
         self.store = store
-        self.run_blob_check = run_blob_check
+        self.access = access
 
     async def FindMissingBlobs(self, request: pb.FindMissingBlobsRequest, context: Any) -> pb.FindMissingBlobsResponse:
         if len(request.digests) > MAX_FIND:
@@ -38,13 +36,19 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
                 field_violations=(errors.FieldViolation("digests", "64 lowercase hex characters"),),
             )
         missing = await asyncio.to_thread(self.store.missing, list(request.digests))
-        return pb.FindMissingBlobsResponse(missing_digests=missing)
+        absent = set(missing)
+        # Content the caller may not read is "missing" to them: the answer never tells whether
+        # someone else uploaded it, and the re-upload records the caller as an owner.
+        hidden = await self.access.hidden(auth.current(), [d for d in request.digests if d not in absent])
+        return pb.FindMissingBlobsResponse(missing_digests=[d for d in request.digests if d in absent or d in hidden])
 
     async def UploadBlobs(
         self, request_iterator: AsyncIterator[pb.UploadBlobsRequest], context: Any
     ) -> pb.UploadBlobsResponse:
+        principal = auth.current()
         written = present = 0
         nbytes = 0
+        uploaded: set[str] = set()
         writer: BlobWriter | None = None
         pending: set[asyncio.Future[tuple[bool, int]]] = set()
         in_flight: set[str] = set()
@@ -78,6 +82,7 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
                         await wait(0)
                     await wait(MAX_PARALLEL_WRITES - 1)
                     in_flight.add(chunk.digest)
+                    uploaded.add(chunk.digest)
                     pending.add(
                         asyncio.ensure_future(asyncio.to_thread(self._put, chunk.digest, chunk.size, chunk.data))
                     )
@@ -91,6 +96,7 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
                 if chunk.data:
                     await asyncio.to_thread(writer.write, chunk.data)
                 if chunk.finish:
+                    uploaded.add(writer.digest)
                     if await asyncio.to_thread(writer.finish):
                         written += 1
                         nbytes += writer.size
@@ -100,6 +106,7 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
             if writer is not None:
                 raise errors.InvalidArgument(f"blob {writer.digest[:12]}: stream ended before finish=true")
             await wait(0)
+            await self.access.record_uploads(principal, uploaded)
         finally:
             if writer is not None:
                 writer.abort()
@@ -122,15 +129,16 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
 
     async def ReadBlob(self, request: pb.ReadBlobRequest, context: Any) -> AsyncIterator[pb.ReadBlobResponse]:
         principal = auth.current()
-        if principal.kind == "run" and not (
-            principal.attempt_id and await self.run_blob_check(principal.attempt_id, request.digest)
-        ):
-            raise errors.PermissionDenied(
-                "this run token may only read its own attempt's blobs",
-                reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
-            )
         if request.offset < 0:
             raise errors.InvalidArgument("offset must not be negative")
+        if not await self.access.may_read(principal, request.digest):
+            if principal.kind == "run":
+                raise errors.PermissionDenied(
+                    "this run token may only read its own attempt's blobs",
+                    reason=error_reason_pb2.ERROR_REASON_TOKEN_SCOPE,
+                )
+            # The same answer as for content that does not exist: nothing to probe.
+            raise errors.NotFound(f"blob {request.digest} not found")
         if not await asyncio.to_thread(self.store.has, request.digest):
             raise errors.NotFound(f"blob {request.digest} not found")
         chunks = self.store.read(request.digest, request.offset)

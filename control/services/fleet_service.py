@@ -60,6 +60,9 @@ class FleetServicer(pb_grpc.FleetServiceServicer):
         )
 
     async def ListFleets(self, request: pb.ListFleetsRequest, context: Any) -> pb.ListFleetsResponse:
+        caller = auth.current() if context is not None else None
+        # Executor addresses are for admins: to anyone else they are a map of what to attack.
+        show_address = caller is None or caller.admin
         used, running, depth = await self.ctx.db.run(_usage)
         fleet_states = await self.ctx.db.run(fleets.states)
         out = []
@@ -69,7 +72,7 @@ class FleetServicer(pb_grpc.FleetServiceServicer):
                 pb.Fleet(
                     name=f.name,
                     kind=f.kind,
-                    executor_address=f.address,
+                    executor_address=f.address if show_address else "",
                     state=fleet_states.get(f.name, pb.FLEET_STATE_ACTIVE)  # type: ignore[arg-type]
                     if fleet_states.get(f.name) == pb.FLEET_STATE_DRAINED
                     else (pb.FLEET_STATE_ACTIVE if windows.is_open(f.window) else pb.FLEET_STATE_CLOSED),

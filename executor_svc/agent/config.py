@@ -3,7 +3,7 @@
     agent:
       fleet: gpu                          # nodes that registered with this fleet name
       control_address: 10.0.0.1:7070      # the control plane's NodeRegistryService (ListNodes)
-      control_token_file: /etc/starforge/agent-node-token   # a node token or a PAT
+      control_token_file: /etc/starforge/agent-token   # sf admin executor-token --fleet gpu (or an admin PAT)
       forgelet_token_file: /etc/starforge/forgelet-token    # what every forgelet requires
       runtime: docker                     # docker (GPU fleets) or process (CPU-only fleets)
       tls:                                # TLS to the registry and forgelets (mutual with a client cert)

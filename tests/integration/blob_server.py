@@ -11,6 +11,7 @@ from starforge.control.v1 import blob_service_pb2, blob_service_pb2_grpc
 
 from common.server import create_server, service
 from control import auth
+from control.blob_access import BlobAccess
 from control.blobstore import BlobStore
 from control.db import migrate
 from control.db.engine import Database
@@ -45,12 +46,12 @@ async def blob_server(root: pathlib.Path) -> AsyncIterator[BlobServer]:
         "127.0.0.1:0",
         [
             service(
-                BlobServicer(store, allow_all),
+                BlobServicer(store, BlobAccess(db, allow_all)),
                 blob_service_pb2_grpc.add_BlobServiceServicer_to_server,
                 blob_service_pb2.DESCRIPTOR.services_by_name["BlobService"],
             )
         ],
-        interceptors=[auth.AuthInterceptor(auth.TokenVerifier(db))],
+        interceptors=[auth.interceptor(auth.TokenVerifier(db))],
     )
     await server.start()
     try:

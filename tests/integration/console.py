@@ -200,6 +200,10 @@ def git(cwd: pathlib.Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
+# The bearer token every test executor service requires (and the console's fleet presents).
+EXECUTOR_TOKEN = "test-executor-token-0123456789abcdef"
+
+
 def executor_yaml(
     root: pathlib.Path, runtime: str, local: Mapping[str, Any] | None = None, *, kind: str = "local"
 ) -> pathlib.Path:
@@ -215,7 +219,7 @@ def executor_yaml(
         }
     else:
         section = dict(local or {})
-    path.write_text(yaml.safe_dump({kind: section}))
+    path.write_text(yaml.safe_dump({"token": EXECUTOR_TOKEN, kind: section}))
     return path
 
 
@@ -286,6 +290,7 @@ async def console(
                 kind=fleet_kind or kind,  # a different fleet_kind: a misconfigured fleet
                 address=fleet_address or address,
                 inventory=inventory or [InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
+                token=EXECUTOR_TOKEN,
             )
         ],
     )

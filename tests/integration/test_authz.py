@@ -10,6 +10,11 @@ import pytest
 from starforge.control.v1 import account_service_pb2 as acc
 from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
 from starforge.control.v1 import control_service_pb2 as ctl
+from starforge.control.v1 import fleet_service_pb2 as fleet_pb
+from starforge.control.v1 import fleet_service_pb2_grpc as fleet_grpc
+from starforge.forgelet.v1 import node_pb2
+from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
+from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
 from starforge.ingest.v1 import ingest_service_pb2 as ing
 from starforge.ingest.v1 import ingest_service_pb2_grpc as ing_grpc
 
@@ -119,3 +124,73 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
         )
         assert rows and all(x is not None for x in rows)
         await c.jobs.StopJob(ctl.StopJobRequest(job_id=other.job_id), metadata=c.md)
+
+
+async def test_node_registry_and_fleet_matrix(tmp_path: pathlib.Path) -> None:
+    """Who may call NodeRegistryService, and who sees executor addresses."""
+    async with console(tmp_path) as c:
+        accounts = acc_grpc.AccountServiceStub(c.channel)
+        bob = bearer((await accounts.CreateUser(acc.CreateUserRequest(name="bob"), metadata=c.md)).token)
+        registry = reg_grpc.NodeRegistryServiceStub(c.channel)
+        node = node_pb2.Node(name="n1", fleet="local", address="127.0.0.1:1")
+
+        # a personal access token is no node identity
+        for call in (
+            registry.RegisterNode(reg_pb.RegisterNodeRequest(node=node), metadata=bob),
+            registry.RegisterNode(reg_pb.RegisterNodeRequest(node=node), metadata=c.md),
+        ):
+            await _refused(call, grpc.StatusCode.PERMISSION_DENIED, "a personal access token cannot call RegisterNode")
+        await _refused(
+            registry.Heartbeat(reg_pb.HeartbeatRequest(name="n1"), metadata=bob),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "it needs a node credential",
+        )
+        # admin-only calls
+        for call, what in (
+            (registry.ListNodes(reg_pb.ListNodesRequest(), metadata=bob), "only admins can list nodes"),
+            (registry.DrainNode(reg_pb.DrainNodeRequest(name="n1"), metadata=bob), "only admins can drain"),
+            (registry.UndrainNode(reg_pb.UndrainNodeRequest(name="n1"), metadata=bob), "only admins can drain"),
+            (
+                registry.CreateJoinToken(reg_pb.CreateJoinTokenRequest(node="n1", fleet="local"), metadata=bob),
+                "only admins can mint node join tokens",
+            ),
+            (
+                registry.CreateExecutorToken(reg_pb.CreateExecutorTokenRequest(fleet="local"), metadata=bob),
+                "only admins can mint executor tokens",
+            ),
+        ):
+            await _refused(call, grpc.StatusCode.PERMISSION_DENIED, what)
+
+        # an executor token lists its own fleet only, and is nothing else
+        executor = bearer(
+            (await registry.CreateExecutorToken(reg_pb.CreateExecutorTokenRequest(fleet="local"), metadata=c.md)).token
+        )
+        assert list((await registry.ListNodes(reg_pb.ListNodesRequest(), metadata=executor)).nodes) == []
+        await _refused(
+            registry.ListNodes(reg_pb.ListNodesRequest(fleet="gpu"), metadata=executor),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "this executor token lists fleet 'local' only",
+        )
+        await _refused(
+            c.jobs.ListJobs(ctl.ListJobsRequest(), metadata=executor),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "an executor token cannot call ListJobs",
+        )
+        # a join token registers its node, nothing else
+        join = bearer(
+            (
+                await registry.CreateJoinToken(reg_pb.CreateJoinTokenRequest(node="n1", fleet="local"), metadata=c.md)
+            ).token
+        )
+        await _refused(
+            registry.ListNodes(reg_pb.ListNodesRequest(), metadata=join),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "a node join token cannot call ListNodes",
+        )
+
+        # executor addresses: admins only
+        fleets = fleet_grpc.FleetServiceStub(c.channel)
+        seen_by_bob = await fleets.ListFleets(fleet_pb.ListFleetsRequest(), metadata=bob)
+        seen_by_admin = await fleets.ListFleets(fleet_pb.ListFleetsRequest(), metadata=c.md)
+        assert [f.executor_address for f in seen_by_bob.fleets] == [""]
+        assert [f.executor_address for f in seen_by_admin.fleets] == [c.executor_address]

@@ -36,7 +36,7 @@ from control.app import start_control
 from control.config import ControlConfig, FleetConfig, InventoryConfig
 from control.db import models as m
 from control.db.engine import Database
-from tests.integration.console import Console, executor_yaml
+from tests.integration.console import EXECUTOR_TOKEN, Console, executor_yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
@@ -98,6 +98,7 @@ class ControlProcess:
                     "name": "local",
                     "kind": "local",
                     "address": executor_address,
+                    "token": EXECUTOR_TOKEN,
                     "inventory": [{"series": "cpu", "nodes": 1, "gpus_per_node": 0, "slots": slots}],
                 }
             ],
@@ -204,6 +205,7 @@ def control_config(root: pathlib.Path, executor_address: str, *, slots: int = 8,
                 kind="local",
                 address=executor_address,
                 inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=slots)],
+                token=EXECUTOR_TOKEN,
             )
         ],
     )

@@ -59,8 +59,8 @@ from cli.main import app
 from common.channel import bearer
 from common.hashing import MAX_BLOB_BYTES
 from control import auth
-from tests.integration.console import console
-from tests.integration.forgelet.fleet import FORGELET_TOKEN, ForgeletProcess
+from tests.integration.console import EXECUTOR_TOKEN, console
+from tests.integration.forgelet.fleet import FORGELET_TOKEN, ForgeletProcess, join_token
 from tests.reliability.fuzzing import fuzz_settings, message_class, messages, mutated, text
 from tests.reliability.test_fuzz_inputs import argv
 
@@ -135,7 +135,8 @@ class _Background:
                     s, "admin", "run", name="fuzz", job_id=job.job_id, attempt_id=f"{job.job_id}.1"
                 )
             )
-            node = ForgeletProcess("fz", self.root / "forgelet", c.address, c.token, runtime="process", gpus=2)
+            joining = await join_token(c, "fz")
+            node = ForgeletProcess("fz", self.root / "forgelet", c.address, joining, runtime="process", gpus=2)
             await asyncio.to_thread(node.start)
             try:
                 self.servers = Servers(
@@ -226,7 +227,7 @@ def _call(s: Servers, where: str, method: MethodDescriptor, requests: list[Any])
     ingest = method.containing_service.name == "IngestService"
     address, md = {
         "console": (s.console, bearer(s.run_token if ingest else s.token)),
-        "executor": (s.executor, ()),
+        "executor": (s.executor, bearer(EXECUTOR_TOKEN)),
         "forgelet": (s.forgelet, bearer(FORGELET_TOKEN)),
     }[where]
     path = f"/{method.containing_service.full_name}/{method.name}"

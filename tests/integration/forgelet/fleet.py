@@ -4,7 +4,10 @@
 stopped (SIGTERM) or killed (SIGKILL) by its PID only. `agent_console(...)` starts the console
 with an `agent` fleet (the harness starts the agent executor process) on a port chosen up front,
 because the executor starts before the control plane and must know where the registry will be;
-the agent reads the console's admin token from its file once the console wrote it.
+the agent reads its executor token (minted by the admin once the console is up) from a file on
+each use. Each node is
+enrolled as in a deployment: the admin mints a join token for its name (`join_token`), and the
+forgelet exchanges it for its node credential at its first registration.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class ForgeletProcess:
     name: str
     root: pathlib.Path
     control_address: str
-    token: str
+    join_token: str
     docker_url: str = ""
     runtime: str = "docker"
     gpus: int = 8
@@ -86,7 +89,7 @@ class ForgeletProcess:
             "fleet": FLEET,
             "listen": self.address,
             "control_address": self.control_address,
-            "token": self.token,
+            "join_token": self.join_token,
             "executor_token": FORGELET_TOKEN,
             "discovery": "config",
             "inventory": [{"series": "h200", "gpus": self.gpus, "real_gpus": False}],
@@ -174,6 +177,21 @@ class ForgeletProcess:
         return (await self.call("GetNode", fl_pb.GetNodeRequest())).node
 
 
+async def join_token(c: Console, node: str, fleet: str = FLEET) -> str:
+    """A join token for `node`, minted by the console's admin (`sf admin node join-token`)."""
+    stub = reg_grpc.NodeRegistryServiceStub(c.channel)
+    r = await stub.CreateJoinToken(reg_pb.CreateJoinTokenRequest(node=node, fleet=fleet), metadata=c.md, timeout=10)
+    return r.token
+
+
+async def write_executor_token(c: Console, path: pathlib.Path, fleet: str = FLEET) -> None:
+    """The agent executor's control-plane credential (`sf admin executor-token`), as a 0600 file."""
+    stub = reg_grpc.NodeRegistryServiceStub(c.channel)
+    r = await stub.CreateExecutorToken(reg_pb.CreateExecutorTokenRequest(fleet=fleet), metadata=c.md, timeout=10)
+    path.touch(mode=0o600)
+    path.write_text(r.token + "\n")
+
+
 async def list_nodes(c: Console, fleet: str = FLEET) -> dict[str, node_pb2.Node]:
     stub = reg_grpc.NodeRegistryServiceStub(c.channel)
     r = await stub.ListNodes(reg_pb.ListNodesRequest(fleet=fleet), metadata=c.md, timeout=10)
@@ -198,7 +216,8 @@ def agent_section(root: pathlib.Path, control: str, **extra: Any) -> dict[str, A
     return {
         "fleet": FLEET,
         "control_address": control,
-        "control_token_file": str(root / "console" / "admin-token"),
+        # Written by agent_console once the console is up: an executor token for this fleet.
+        "control_token_file": str(root / "agent-token"),
         "forgelet_token": FORGELET_TOKEN,
         "runtime": "docker",
         "state_dir": str(root / "agent"),
@@ -230,7 +249,8 @@ async def agent_console(
         default_images={"custom": TEST_IMAGE},
         **overrides,
     ) as c:
-        fleet = {n: ForgeletProcess(n, root / n, c.address, c.token, engine.base_url) for n in names}
+        await write_executor_token(c, root / "agent-token")
+        fleet = {n: ForgeletProcess(n, root / n, c.address, await join_token(c, n), engine.base_url) for n in names}
         try:
             for f in fleet.values():
                 f.start()

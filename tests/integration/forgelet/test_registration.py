@@ -19,13 +19,13 @@ from starforge.job.v1 import job_spec_pb2 as spec_pb
 
 from control.db import models as m
 from tests.integration.console import Console, console
-from tests.integration.forgelet.fleet import FLEET, ForgeletProcess, list_nodes, wait_nodes
+from tests.integration.forgelet.fleet import FLEET, ForgeletProcess, join_token, list_nodes, wait_nodes
 
 
 @pytest.fixture
 async def cpu_node(tmp_path: pathlib.Path) -> AsyncIterator[tuple[Console, ForgeletProcess]]:
     async with console(tmp_path / "console") as c:
-        f = ForgeletProcess("n1", tmp_path / "n1", c.address, c.token, runtime="process")
+        f = ForgeletProcess("n1", tmp_path / "n1", c.address, await join_token(c, "n1"), runtime="process")
         f.start()
         try:
             yield c, f

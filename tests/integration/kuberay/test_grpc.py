@@ -118,7 +118,7 @@ async def test_describe_launch_observe_over_grpc(executor_address: str, operator
 
 def test_a_bad_kubeconfig_stops_the_process_with_the_reason(tmp_path: pathlib.Path) -> None:
     config = tmp_path / "executor.yaml"
-    config.write_text(yaml.safe_dump({"kuberay": {"kubeconfig": str(tmp_path / "missing")}}))
+    config.write_text(yaml.safe_dump({"token": TOKEN, "kuberay": {"kubeconfig": str(tmp_path / "missing")}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     exe = shutil.which("starforge-executor") or str(pathlib.Path(sys.executable).parent / "starforge-executor")

@@ -22,36 +22,45 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from starforge.forgelet.v1 import node_pb2 as starforge_dot_forgelet_dot_v1_dot_node__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n1starforge/forgelet/v1/node_registry_service.proto\x12\x15starforge.forgelet.v1\x1a starforge/forgelet/v1/node.proto\"F\n\x13RegisterNodeRequest\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"\x85\x01\n\x14RegisterNodeResponse\x12<\n\x1aheartbeat_interval_seconds\x18\x01 \x01(\x05R\x18heartbeatIntervalSeconds\x12/\n\x04node\x18\x02 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"\x80\x01\n\x10HeartbeatRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12.\n\x13running_attempt_ids\x18\x02 \x03(\tR\x11runningAttemptIds\x12(\n\x10used_gpu_indices\x18\x03 \x03(\x05R\x0eusedGpuIndices\"K\n\x11HeartbeatResponse\x12\x36\n\x05state\x18\x01 \x01(\x0e\x32 .starforge.forgelet.v1.NodeStateR\x05state\"(\n\x10ListNodesRequest\x12\x14\n\x05\x66leet\x18\x01 \x01(\tR\x05\x66leet\"F\n\x11ListNodesResponse\x12\x31\n\x05nodes\x18\x01 \x03(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x05nodes\"&\n\x10\x44rainNodeRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"D\n\x11\x44rainNodeResponse\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"(\n\x12UndrainNodeRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"F\n\x13UndrainNodeResponse\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node2\x84\x04\n\x13NodeRegistryService\x12g\n\x0cRegisterNode\x12*.starforge.forgelet.v1.RegisterNodeRequest\x1a+.starforge.forgelet.v1.RegisterNodeResponse\x12^\n\tHeartbeat\x12\'.starforge.forgelet.v1.HeartbeatRequest\x1a(.starforge.forgelet.v1.HeartbeatResponse\x12^\n\tListNodes\x12\'.starforge.forgelet.v1.ListNodesRequest\x1a(.starforge.forgelet.v1.ListNodesResponse\x12^\n\tDrainNode\x12\'.starforge.forgelet.v1.DrainNodeRequest\x1a(.starforge.forgelet.v1.DrainNodeResponse\x12\x64\n\x0bUndrainNode\x12).starforge.forgelet.v1.UndrainNodeRequest\x1a*.starforge.forgelet.v1.UndrainNodeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n1starforge/forgelet/v1/node_registry_service.proto\x12\x15starforge.forgelet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a starforge/forgelet/v1/node.proto\"F\n\x13RegisterNodeRequest\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"\xa4\x01\n\x14RegisterNodeResponse\x12<\n\x1aheartbeat_interval_seconds\x18\x01 \x01(\x05R\x18heartbeatIntervalSeconds\x12/\n\x04node\x18\x02 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\x12\x1d\n\nnode_token\x18\x03 \x01(\tR\tnodeToken\"\x80\x01\n\x10HeartbeatRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12.\n\x13running_attempt_ids\x18\x02 \x03(\tR\x11runningAttemptIds\x12(\n\x10used_gpu_indices\x18\x03 \x03(\x05R\x0eusedGpuIndices\"K\n\x11HeartbeatResponse\x12\x36\n\x05state\x18\x01 \x01(\x0e\x32 .starforge.forgelet.v1.NodeStateR\x05state\"(\n\x10ListNodesRequest\x12\x14\n\x05\x66leet\x18\x01 \x01(\tR\x05\x66leet\"F\n\x11ListNodesResponse\x12\x31\n\x05nodes\x18\x01 \x03(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x05nodes\"&\n\x10\x44rainNodeRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"D\n\x11\x44rainNodeResponse\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"(\n\x12UndrainNodeRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"F\n\x13UndrainNodeResponse\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"c\n\x16\x43reateJoinTokenRequest\x12\x12\n\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n\x05\x66leet\x18\x02 \x01(\tR\x05\x66leet\x12\x1f\n\x0bttl_seconds\x18\x03 \x01(\x03R\nttlSeconds\"l\n\x17\x43reateJoinTokenResponse\x12\x14\n\x05token\x18\x01 \x01(\tR\x05token\x12;\n\x0b\x65xpire_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nexpireTime\"F\n\x1a\x43reateExecutorTokenRequest\x12\x14\n\x05\x66leet\x18\x01 \x01(\tR\x05\x66leet\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\"3\n\x1b\x43reateExecutorTokenResponse\x12\x14\n\x05token\x18\x01 \x01(\tR\x05token2\xf4\x05\n\x13NodeRegistryService\x12g\n\x0cRegisterNode\x12*.starforge.forgelet.v1.RegisterNodeRequest\x1a+.starforge.forgelet.v1.RegisterNodeResponse\x12^\n\tHeartbeat\x12\'.starforge.forgelet.v1.HeartbeatRequest\x1a(.starforge.forgelet.v1.HeartbeatResponse\x12^\n\tListNodes\x12\'.starforge.forgelet.v1.ListNodesRequest\x1a(.starforge.forgelet.v1.ListNodesResponse\x12^\n\tDrainNode\x12\'.starforge.forgelet.v1.DrainNodeRequest\x1a(.starforge.forgelet.v1.DrainNodeResponse\x12\x64\n\x0bUndrainNode\x12).starforge.forgelet.v1.UndrainNodeRequest\x1a*.starforge.forgelet.v1.UndrainNodeResponse\x12p\n\x0f\x43reateJoinToken\x12-.starforge.forgelet.v1.CreateJoinTokenRequest\x1a..starforge.forgelet.v1.CreateJoinTokenResponse\x12|\n\x13\x43reateExecutorToken\x12\x31.starforge.forgelet.v1.CreateExecutorTokenRequest\x1a\x32.starforge.forgelet.v1.CreateExecutorTokenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'starforge.forgelet.v1.node_registry_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REGISTERNODEREQUEST']._serialized_start=110
-  _globals['_REGISTERNODEREQUEST']._serialized_end=180
-  _globals['_REGISTERNODERESPONSE']._serialized_start=183
-  _globals['_REGISTERNODERESPONSE']._serialized_end=316
-  _globals['_HEARTBEATREQUEST']._serialized_start=319
-  _globals['_HEARTBEATREQUEST']._serialized_end=447
-  _globals['_HEARTBEATRESPONSE']._serialized_start=449
-  _globals['_HEARTBEATRESPONSE']._serialized_end=524
-  _globals['_LISTNODESREQUEST']._serialized_start=526
-  _globals['_LISTNODESREQUEST']._serialized_end=566
-  _globals['_LISTNODESRESPONSE']._serialized_start=568
-  _globals['_LISTNODESRESPONSE']._serialized_end=638
-  _globals['_DRAINNODEREQUEST']._serialized_start=640
-  _globals['_DRAINNODEREQUEST']._serialized_end=678
-  _globals['_DRAINNODERESPONSE']._serialized_start=680
-  _globals['_DRAINNODERESPONSE']._serialized_end=748
-  _globals['_UNDRAINNODEREQUEST']._serialized_start=750
-  _globals['_UNDRAINNODEREQUEST']._serialized_end=790
-  _globals['_UNDRAINNODERESPONSE']._serialized_start=792
-  _globals['_UNDRAINNODERESPONSE']._serialized_end=862
-  _globals['_NODEREGISTRYSERVICE']._serialized_start=865
-  _globals['_NODEREGISTRYSERVICE']._serialized_end=1381
+  _globals['_REGISTERNODEREQUEST']._serialized_start=143
+  _globals['_REGISTERNODEREQUEST']._serialized_end=213
+  _globals['_REGISTERNODERESPONSE']._serialized_start=216
+  _globals['_REGISTERNODERESPONSE']._serialized_end=380
+  _globals['_HEARTBEATREQUEST']._serialized_start=383
+  _globals['_HEARTBEATREQUEST']._serialized_end=511
+  _globals['_HEARTBEATRESPONSE']._serialized_start=513
+  _globals['_HEARTBEATRESPONSE']._serialized_end=588
+  _globals['_LISTNODESREQUEST']._serialized_start=590
+  _globals['_LISTNODESREQUEST']._serialized_end=630
+  _globals['_LISTNODESRESPONSE']._serialized_start=632
+  _globals['_LISTNODESRESPONSE']._serialized_end=702
+  _globals['_DRAINNODEREQUEST']._serialized_start=704
+  _globals['_DRAINNODEREQUEST']._serialized_end=742
+  _globals['_DRAINNODERESPONSE']._serialized_start=744
+  _globals['_DRAINNODERESPONSE']._serialized_end=812
+  _globals['_UNDRAINNODEREQUEST']._serialized_start=814
+  _globals['_UNDRAINNODEREQUEST']._serialized_end=854
+  _globals['_UNDRAINNODERESPONSE']._serialized_start=856
+  _globals['_UNDRAINNODERESPONSE']._serialized_end=926
+  _globals['_CREATEJOINTOKENREQUEST']._serialized_start=928
+  _globals['_CREATEJOINTOKENREQUEST']._serialized_end=1027
+  _globals['_CREATEJOINTOKENRESPONSE']._serialized_start=1029
+  _globals['_CREATEJOINTOKENRESPONSE']._serialized_end=1137
+  _globals['_CREATEEXECUTORTOKENREQUEST']._serialized_start=1139
+  _globals['_CREATEEXECUTORTOKENREQUEST']._serialized_end=1209
+  _globals['_CREATEEXECUTORTOKENRESPONSE']._serialized_start=1211
+  _globals['_CREATEEXECUTORTOKENRESPONSE']._serialized_end=1262
+  _globals['_NODEREGISTRYSERVICE']._serialized_start=1265
+  _globals['_NODEREGISTRYSERVICE']._serialized_end=2021
 # @@protoc_insertion_point(module_scope)

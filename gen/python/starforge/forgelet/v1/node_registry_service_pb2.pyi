@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from starforge.forgelet.v1 import node_pb2 as _node_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -14,12 +17,14 @@ class RegisterNodeRequest(_message.Message):
     def __init__(self, node: _Optional[_Union[_node_pb2.Node, _Mapping]] = ...) -> None: ...
 
 class RegisterNodeResponse(_message.Message):
-    __slots__ = ("heartbeat_interval_seconds", "node")
+    __slots__ = ("heartbeat_interval_seconds", "node", "node_token")
     HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
+    NODE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval_seconds: int
     node: _node_pb2.Node
-    def __init__(self, heartbeat_interval_seconds: _Optional[int] = ..., node: _Optional[_Union[_node_pb2.Node, _Mapping]] = ...) -> None: ...
+    node_token: str
+    def __init__(self, heartbeat_interval_seconds: _Optional[int] = ..., node: _Optional[_Union[_node_pb2.Node, _Mapping]] = ..., node_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("name", "running_attempt_ids", "used_gpu_indices")
@@ -72,3 +77,35 @@ class UndrainNodeResponse(_message.Message):
     NODE_FIELD_NUMBER: _ClassVar[int]
     node: _node_pb2.Node
     def __init__(self, node: _Optional[_Union[_node_pb2.Node, _Mapping]] = ...) -> None: ...
+
+class CreateJoinTokenRequest(_message.Message):
+    __slots__ = ("node", "fleet", "ttl_seconds")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    FLEET_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    fleet: str
+    ttl_seconds: int
+    def __init__(self, node: _Optional[str] = ..., fleet: _Optional[str] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class CreateJoinTokenResponse(_message.Message):
+    __slots__ = ("token", "expire_time")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, token: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateExecutorTokenRequest(_message.Message):
+    __slots__ = ("fleet", "name")
+    FLEET_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    fleet: str
+    name: str
+    def __init__(self, fleet: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CreateExecutorTokenResponse(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...

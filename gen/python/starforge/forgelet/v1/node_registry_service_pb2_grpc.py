@@ -27,9 +27,12 @@ if _version_not_supported:
 
 class NodeRegistryServiceStub:
     """NodeRegistryService is served by the control plane: forgelets register and heartbeat, and the
-    agent executor finds nodes. Calls need a node token (forgelet) or an executor token
-    (UNAUTHENTICATED otherwise). A node that misses heartbeats for the configured timeout is
-    marked LOST and its attempts fail as node lost (retryable).
+    agent executor finds nodes. Identities: a node credential (sfn_, bound to one node name and
+    fleet), a join token (sfj_, single use, exchanged for a node credential by RegisterNode), an
+    executor token (sfe_, bound to one fleet) and admins' personal access tokens. A call without a
+    valid token is UNAUTHENTICATED; a token of a kind the method does not take is PERMISSION_DENIED
+    (reason TOKEN_SCOPE). A node that misses heartbeats for the configured timeout is marked LOST
+    and its attempts fail as node lost (retryable).
     """
 
     def __init__(self, channel):
@@ -63,50 +66,89 @@ class NodeRegistryServiceStub:
                 request_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeRequest.SerializeToString,
                 response_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeResponse.FromString,
                 _registered_method=True)
+        self.CreateJoinToken = channel.unary_unary(
+                '/starforge.forgelet.v1.NodeRegistryService/CreateJoinToken',
+                request_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateJoinTokenRequest.SerializeToString,
+                response_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateJoinTokenResponse.FromString,
+                _registered_method=True)
+        self.CreateExecutorToken = channel.unary_unary(
+                '/starforge.forgelet.v1.NodeRegistryService/CreateExecutorToken',
+                request_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateExecutorTokenRequest.SerializeToString,
+                response_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateExecutorTokenResponse.FromString,
+                _registered_method=True)
 
 
 class NodeRegistryServiceServicer:
     """NodeRegistryService is served by the control plane: forgelets register and heartbeat, and the
-    agent executor finds nodes. Calls need a node token (forgelet) or an executor token
-    (UNAUTHENTICATED otherwise). A node that misses heartbeats for the configured timeout is
-    marked LOST and its attempts fail as node lost (retryable).
+    agent executor finds nodes. Identities: a node credential (sfn_, bound to one node name and
+    fleet), a join token (sfj_, single use, exchanged for a node credential by RegisterNode), an
+    executor token (sfe_, bound to one fleet) and admins' personal access tokens. A call without a
+    valid token is UNAUTHENTICATED; a token of a kind the method does not take is PERMISSION_DENIED
+    (reason TOKEN_SCOPE). A node that misses heartbeats for the configured timeout is marked LOST
+    and its attempts fail as node lost (retryable).
     """
 
     def RegisterNode(self, request, context):
-        """RegisterNode adds or updates a node. A forgelet calls it at start and after any restart.
-        Errors: INVALID_ARGUMENT (empty name or address), UNAUTHENTICATED.
+        """RegisterNode adds or updates the caller's own node: with a join token (first registration)
+        it also mints the node credential, returned once in `node_token`; with a node credential it
+        may change the node's address and inventory but never its name or fleet.
+        Errors: INVALID_ARGUMENT (empty name or address), PERMISSION_DENIED (NODE_IDENTITY: another
+        node's name or fleet; TOKEN_SCOPE: not a node credential or join token), UNAUTHENTICATED
+        (JOIN_TOKEN_USED: a used or expired join token).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Heartbeat(self, request, context):
-        """Heartbeat reports inventory and running attempts.
-        Errors: NOT_FOUND (unknown node: register again), UNAUTHENTICATED.
+        """Heartbeat reports inventory and running attempts of the caller's own node.
+        Errors: NOT_FOUND (unknown node: register again), PERMISSION_DENIED (NODE_IDENTITY: another
+        node's name; TOKEN_SCOPE: not a node credential), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListNodes(self, request, context):
-        """ListNodes lists nodes of a fleet.
-        Errors: UNAUTHENTICATED.
+        """ListNodes lists nodes of a fleet: admins see every fleet, an executor token its own fleet, a
+        node credential only its own node. Errors: PERMISSION_DENIED (a non-admin personal access
+        token, reason FORBIDDEN; another fleet for an executor token), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DrainNode(self, request, context):
-        """DrainNode marks a node draining; its attempts are paused and it takes no new work.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        """DrainNode marks a node draining; its attempts are paused and it takes no new work. Admins,
+        or a node credential for its own node (`forgelet drain`).
+        Errors: NOT_FOUND, PERMISSION_DENIED (FORBIDDEN or NODE_IDENTITY), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UndrainNode(self, request, context):
-        """UndrainNode makes a draining or drained node READY again (after maintenance).
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        """UndrainNode makes a draining or drained node READY again (after maintenance). Admins, or a
+        node credential for its own node (`forgelet undrain`).
+        Errors: NOT_FOUND, PERMISSION_DENIED (FORBIDDEN or NODE_IDENTITY), UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateJoinToken(self, request, context):
+        """CreateJoinToken mints a single-use join token for one node name and fleet (admins only,
+        `sf admin node join-token`). Errors: INVALID_ARGUMENT (bad name, fleet or ttl),
+        PERMISSION_DENIED (not an admin: FORBIDDEN), UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateExecutorToken(self, request, context):
+        """CreateExecutorToken mints a token for an agent executor to list one fleet's nodes (admins
+        only, `sf admin executor-token`). Errors: INVALID_ARGUMENT (empty fleet), PERMISSION_DENIED
+        (not an admin: FORBIDDEN), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,6 +182,16 @@ def add_NodeRegistryServiceServicer_to_server(servicer, server):
                     request_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeRequest.FromString,
                     response_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeResponse.SerializeToString,
             ),
+            'CreateJoinToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateJoinToken,
+                    request_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateJoinTokenRequest.FromString,
+                    response_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateJoinTokenResponse.SerializeToString,
+            ),
+            'CreateExecutorToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateExecutorToken,
+                    request_deserializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateExecutorTokenRequest.FromString,
+                    response_serializer=starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateExecutorTokenResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'starforge.forgelet.v1.NodeRegistryService', rpc_method_handlers)
@@ -150,9 +202,12 @@ def add_NodeRegistryServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class NodeRegistryService:
     """NodeRegistryService is served by the control plane: forgelets register and heartbeat, and the
-    agent executor finds nodes. Calls need a node token (forgelet) or an executor token
-    (UNAUTHENTICATED otherwise). A node that misses heartbeats for the configured timeout is
-    marked LOST and its attempts fail as node lost (retryable).
+    agent executor finds nodes. Identities: a node credential (sfn_, bound to one node name and
+    fleet), a join token (sfj_, single use, exchanged for a node credential by RegisterNode), an
+    executor token (sfe_, bound to one fleet) and admins' personal access tokens. A call without a
+    valid token is UNAUTHENTICATED; a token of a kind the method does not take is PERMISSION_DENIED
+    (reason TOKEN_SCOPE). A node that misses heartbeats for the configured timeout is marked LOST
+    and its attempts fail as node lost (retryable).
     """
 
     @staticmethod
@@ -280,6 +335,60 @@ class NodeRegistryService:
             '/starforge.forgelet.v1.NodeRegistryService/UndrainNode',
             starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeRequest.SerializeToString,
             starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.UndrainNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateJoinToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starforge.forgelet.v1.NodeRegistryService/CreateJoinToken',
+            starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateJoinTokenRequest.SerializeToString,
+            starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateJoinTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateExecutorToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starforge.forgelet.v1.NodeRegistryService/CreateExecutorToken',
+            starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateExecutorTokenRequest.SerializeToString,
+            starforge_dot_forgelet_dot_v1_dot_node__registry__service__pb2.CreateExecutorTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

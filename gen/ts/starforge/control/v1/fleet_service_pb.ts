@@ -138,7 +138,7 @@ export type Fleet = Message<"starforge.control.v1.Fleet"> & {
   kind: string;
 
   /**
-   * Executor service address.
+   * Executor service address; empty unless the caller is an admin.
    *
    * @generated from field: string executor_address = 3;
    */

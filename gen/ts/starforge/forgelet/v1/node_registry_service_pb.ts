@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Node, NodeState } from "./node_pb";
 import { file_starforge_forgelet_v1_node } from "./node_pb";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/forgelet/v1/node_registry_service.proto.
  */
 export const file_starforge_forgelet_v1_node_registry_service: GenFile = /*@__PURE__*/
-  fileDesc("CjFzdGFyZm9yZ2UvZm9yZ2VsZXQvdjEvbm9kZV9yZWdpc3RyeV9zZXJ2aWNlLnByb3RvEhVzdGFyZm9yZ2UuZm9yZ2VsZXQudjEiQAoTUmVnaXN0ZXJOb2RlUmVxdWVzdBIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUiZQoUUmVnaXN0ZXJOb2RlUmVzcG9uc2USIgoaaGVhcnRiZWF0X2ludGVydmFsX3NlY29uZHMYASABKAUSKQoEbm9kZRgCIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlIlcKEEhlYXJ0YmVhdFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIbChNydW5uaW5nX2F0dGVtcHRfaWRzGAIgAygJEhgKEHVzZWRfZ3B1X2luZGljZXMYAyADKAUiRAoRSGVhcnRiZWF0UmVzcG9uc2USLwoFc3RhdGUYASABKA4yIC5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTm9kZVN0YXRlIiEKEExpc3ROb2Rlc1JlcXVlc3QSDQoFZmxlZXQYASABKAkiPwoRTGlzdE5vZGVzUmVzcG9uc2USKgoFbm9kZXMYASADKAsyGy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTm9kZSIgChBEcmFpbk5vZGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiPgoRRHJhaW5Ob2RlUmVzcG9uc2USKQoEbm9kZRgBIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlIiIKElVuZHJhaW5Ob2RlUmVxdWVzdBIMCgRuYW1lGAEgASgJIkAKE1VuZHJhaW5Ob2RlUmVzcG9uc2USKQoEbm9kZRgBIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlMoQEChNOb2RlUmVnaXN0cnlTZXJ2aWNlEmcKDFJlZ2lzdGVyTm9kZRIqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5SZWdpc3Rlck5vZGVSZXF1ZXN0Gisuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlJlZ2lzdGVyTm9kZVJlc3BvbnNlEl4KCUhlYXJ0YmVhdBInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5IZWFydGJlYXRSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkhlYXJ0YmVhdFJlc3BvbnNlEl4KCUxpc3ROb2RlcxInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5MaXN0Tm9kZXNSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEl4KCURyYWluTm9kZRInLnN0YXJmb3JnZS5mb3JnZWxldC52MS5EcmFpbk5vZGVSZXF1ZXN0Giguc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkRyYWluTm9kZVJlc3BvbnNlEmQKC1VuZHJhaW5Ob2RlEikuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlVuZHJhaW5Ob2RlUmVxdWVzdBoqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5VbmRyYWluTm9kZVJlc3BvbnNlYgZwcm90bzM", [file_starforge_forgelet_v1_node]);
+  fileDesc("CjFzdGFyZm9yZ2UvZm9yZ2VsZXQvdjEvbm9kZV9yZWdpc3RyeV9zZXJ2aWNlLnByb3RvEhVzdGFyZm9yZ2UuZm9yZ2VsZXQudjEiQAoTUmVnaXN0ZXJOb2RlUmVxdWVzdBIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUieQoUUmVnaXN0ZXJOb2RlUmVzcG9uc2USIgoaaGVhcnRiZWF0X2ludGVydmFsX3NlY29uZHMYASABKAUSKQoEbm9kZRgCIAEoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlEhIKCm5vZGVfdG9rZW4YAyABKAkiVwoQSGVhcnRiZWF0UmVxdWVzdBIMCgRuYW1lGAEgASgJEhsKE3J1bm5pbmdfYXR0ZW1wdF9pZHMYAiADKAkSGAoQdXNlZF9ncHVfaW5kaWNlcxgDIAMoBSJEChFIZWFydGJlYXRSZXNwb25zZRIvCgVzdGF0ZRgBIAEoDjIgLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlU3RhdGUiIQoQTGlzdE5vZGVzUmVxdWVzdBINCgVmbGVldBgBIAEoCSI/ChFMaXN0Tm9kZXNSZXNwb25zZRIqCgVub2RlcxgBIAMoCzIbLnN0YXJmb3JnZS5mb3JnZWxldC52MS5Ob2RlIiAKEERyYWluTm9kZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSI+ChFEcmFpbk5vZGVSZXNwb25zZRIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUiIgoSVW5kcmFpbk5vZGVSZXF1ZXN0EgwKBG5hbWUYASABKAkiQAoTVW5kcmFpbk5vZGVSZXNwb25zZRIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUiSgoWQ3JlYXRlSm9pblRva2VuUmVxdWVzdBIMCgRub2RlGAEgASgJEg0KBWZsZWV0GAIgASgJEhMKC3R0bF9zZWNvbmRzGAMgASgDIlkKF0NyZWF0ZUpvaW5Ub2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgJEi8KC2V4cGlyZV90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChpDcmVhdGVFeGVjdXRvclRva2VuUmVxdWVzdBINCgVmbGVldBgBIAEoCRIMCgRuYW1lGAIgASgJIiwKG0NyZWF0ZUV4ZWN1dG9yVG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCTL0BQoTTm9kZVJlZ2lzdHJ5U2VydmljZRJnCgxSZWdpc3Rlck5vZGUSKi5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuUmVnaXN0ZXJOb2RlUmVxdWVzdBorLnN0YXJmb3JnZS5mb3JnZWxldC52MS5SZWdpc3Rlck5vZGVSZXNwb25zZRJeCglIZWFydGJlYXQSJy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuSGVhcnRiZWF0UmVxdWVzdBooLnN0YXJmb3JnZS5mb3JnZWxldC52MS5IZWFydGJlYXRSZXNwb25zZRJeCglMaXN0Tm9kZXMSJy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTGlzdE5vZGVzUmVxdWVzdBooLnN0YXJmb3JnZS5mb3JnZWxldC52MS5MaXN0Tm9kZXNSZXNwb25zZRJeCglEcmFpbk5vZGUSJy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuRHJhaW5Ob2RlUmVxdWVzdBooLnN0YXJmb3JnZS5mb3JnZWxldC52MS5EcmFpbk5vZGVSZXNwb25zZRJkCgtVbmRyYWluTm9kZRIpLnN0YXJmb3JnZS5mb3JnZWxldC52MS5VbmRyYWluTm9kZVJlcXVlc3QaKi5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuVW5kcmFpbk5vZGVSZXNwb25zZRJwCg9DcmVhdGVKb2luVG9rZW4SLS5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuQ3JlYXRlSm9pblRva2VuUmVxdWVzdBouLnN0YXJmb3JnZS5mb3JnZWxldC52MS5DcmVhdGVKb2luVG9rZW5SZXNwb25zZRJ8ChNDcmVhdGVFeGVjdXRvclRva2VuEjEuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkNyZWF0ZUV4ZWN1dG9yVG9rZW5SZXF1ZXN0GjIuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkNyZWF0ZUV4ZWN1dG9yVG9rZW5SZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_starforge_forgelet_v1_node]);
 
 /**
  * RegisterNodeRequest describes the node.
@@ -54,6 +56,14 @@ export type RegisterNodeResponse = Message<"starforge.forgelet.v1.RegisterNodeRe
    * @generated from field: starforge.forgelet.v1.Node node = 2;
    */
   node?: Node | undefined;
+
+  /**
+   * The node credential (sfn_...), set only when the call used a join token: it is shown once,
+   * and the forgelet stores it (mode 0600) and uses it from then on.
+   *
+   * @generated from field: string node_token = 3;
+   */
+  nodeToken: string;
 };
 
 /**
@@ -246,17 +256,136 @@ export const UndrainNodeResponseSchema: GenMessage<UndrainNodeResponse> = /*@__P
   messageDesc(file_starforge_forgelet_v1_node_registry_service, 9);
 
 /**
+ * CreateJoinTokenRequest names the node to enrol.
+ *
+ * @generated from message starforge.forgelet.v1.CreateJoinTokenRequest
+ */
+export type CreateJoinTokenRequest = Message<"starforge.forgelet.v1.CreateJoinTokenRequest"> & {
+  /**
+   * Node name the token may register ([A-Za-z0-9][A-Za-z0-9._-]{0,199}).
+   *
+   * @generated from field: string node = 1;
+   */
+  node: string;
+
+  /**
+   * Fleet the node joins.
+   *
+   * @generated from field: string fleet = 2;
+   */
+  fleet: string;
+
+  /**
+   * Lifetime in seconds; 0 for the default (one hour). At most 7 days.
+   *
+   * @generated from field: int64 ttl_seconds = 3;
+   */
+  ttlSeconds: bigint;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.CreateJoinTokenRequest.
+ * Use `create(CreateJoinTokenRequestSchema)` to create a new message.
+ */
+export const CreateJoinTokenRequestSchema: GenMessage<CreateJoinTokenRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_node_registry_service, 10);
+
+/**
+ * CreateJoinTokenResponse returns the join token once.
+ *
+ * @generated from message starforge.forgelet.v1.CreateJoinTokenResponse
+ */
+export type CreateJoinTokenResponse = Message<"starforge.forgelet.v1.CreateJoinTokenResponse"> & {
+  /**
+   * The join token (sfj_...): the forgelet's `join_token`.
+   *
+   * @generated from field: string token = 1;
+   */
+  token: string;
+
+  /**
+   * When it expires if unused.
+   *
+   * @generated from field: google.protobuf.Timestamp expire_time = 2;
+   */
+  expireTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.CreateJoinTokenResponse.
+ * Use `create(CreateJoinTokenResponseSchema)` to create a new message.
+ */
+export const CreateJoinTokenResponseSchema: GenMessage<CreateJoinTokenResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_node_registry_service, 11);
+
+/**
+ * CreateExecutorTokenRequest names the fleet an agent executor serves.
+ *
+ * @generated from message starforge.forgelet.v1.CreateExecutorTokenRequest
+ */
+export type CreateExecutorTokenRequest = Message<"starforge.forgelet.v1.CreateExecutorTokenRequest"> & {
+  /**
+   * Fleet whose nodes the token may list.
+   *
+   * @generated from field: string fleet = 1;
+   */
+  fleet: string;
+
+  /**
+   * Name for humans ("agent-gpu").
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.CreateExecutorTokenRequest.
+ * Use `create(CreateExecutorTokenRequestSchema)` to create a new message.
+ */
+export const CreateExecutorTokenRequestSchema: GenMessage<CreateExecutorTokenRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_node_registry_service, 12);
+
+/**
+ * CreateExecutorTokenResponse returns the executor token once.
+ *
+ * @generated from message starforge.forgelet.v1.CreateExecutorTokenResponse
+ */
+export type CreateExecutorTokenResponse = Message<"starforge.forgelet.v1.CreateExecutorTokenResponse"> & {
+  /**
+   * The executor token (sfe_...): the agent executor's `control_token`.
+   *
+   * @generated from field: string token = 1;
+   */
+  token: string;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.CreateExecutorTokenResponse.
+ * Use `create(CreateExecutorTokenResponseSchema)` to create a new message.
+ */
+export const CreateExecutorTokenResponseSchema: GenMessage<CreateExecutorTokenResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_node_registry_service, 13);
+
+/**
  * NodeRegistryService is served by the control plane: forgelets register and heartbeat, and the
- * agent executor finds nodes. Calls need a node token (forgelet) or an executor token
- * (UNAUTHENTICATED otherwise). A node that misses heartbeats for the configured timeout is
- * marked LOST and its attempts fail as node lost (retryable).
+ * agent executor finds nodes. Identities: a node credential (sfn_, bound to one node name and
+ * fleet), a join token (sfj_, single use, exchanged for a node credential by RegisterNode), an
+ * executor token (sfe_, bound to one fleet) and admins' personal access tokens. A call without a
+ * valid token is UNAUTHENTICATED; a token of a kind the method does not take is PERMISSION_DENIED
+ * (reason TOKEN_SCOPE). A node that misses heartbeats for the configured timeout is marked LOST
+ * and its attempts fail as node lost (retryable).
  *
  * @generated from service starforge.forgelet.v1.NodeRegistryService
  */
 export const NodeRegistryService: GenService<{
   /**
-   * RegisterNode adds or updates a node. A forgelet calls it at start and after any restart.
-   * Errors: INVALID_ARGUMENT (empty name or address), UNAUTHENTICATED.
+   * RegisterNode adds or updates the caller's own node: with a join token (first registration)
+   * it also mints the node credential, returned once in `node_token`; with a node credential it
+   * may change the node's address and inventory but never its name or fleet.
+   * Errors: INVALID_ARGUMENT (empty name or address), PERMISSION_DENIED (NODE_IDENTITY: another
+   * node's name or fleet; TOKEN_SCOPE: not a node credential or join token), UNAUTHENTICATED
+   * (JOIN_TOKEN_USED: a used or expired join token).
    *
    * @generated from rpc starforge.forgelet.v1.NodeRegistryService.RegisterNode
    */
@@ -266,8 +395,9 @@ export const NodeRegistryService: GenService<{
     output: typeof RegisterNodeResponseSchema;
   },
   /**
-   * Heartbeat reports inventory and running attempts.
-   * Errors: NOT_FOUND (unknown node: register again), UNAUTHENTICATED.
+   * Heartbeat reports inventory and running attempts of the caller's own node.
+   * Errors: NOT_FOUND (unknown node: register again), PERMISSION_DENIED (NODE_IDENTITY: another
+   * node's name; TOKEN_SCOPE: not a node credential), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.forgelet.v1.NodeRegistryService.Heartbeat
    */
@@ -277,8 +407,9 @@ export const NodeRegistryService: GenService<{
     output: typeof HeartbeatResponseSchema;
   },
   /**
-   * ListNodes lists nodes of a fleet.
-   * Errors: UNAUTHENTICATED.
+   * ListNodes lists nodes of a fleet: admins see every fleet, an executor token its own fleet, a
+   * node credential only its own node. Errors: PERMISSION_DENIED (a non-admin personal access
+   * token, reason FORBIDDEN; another fleet for an executor token), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.forgelet.v1.NodeRegistryService.ListNodes
    */
@@ -288,8 +419,9 @@ export const NodeRegistryService: GenService<{
     output: typeof ListNodesResponseSchema;
   },
   /**
-   * DrainNode marks a node draining; its attempts are paused and it takes no new work.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * DrainNode marks a node draining; its attempts are paused and it takes no new work. Admins,
+   * or a node credential for its own node (`forgelet drain`).
+   * Errors: NOT_FOUND, PERMISSION_DENIED (FORBIDDEN or NODE_IDENTITY), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.forgelet.v1.NodeRegistryService.DrainNode
    */
@@ -299,8 +431,9 @@ export const NodeRegistryService: GenService<{
     output: typeof DrainNodeResponseSchema;
   },
   /**
-   * UndrainNode makes a draining or drained node READY again (after maintenance).
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * UndrainNode makes a draining or drained node READY again (after maintenance). Admins, or a
+   * node credential for its own node (`forgelet undrain`).
+   * Errors: NOT_FOUND, PERMISSION_DENIED (FORBIDDEN or NODE_IDENTITY), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.forgelet.v1.NodeRegistryService.UndrainNode
    */
@@ -308,6 +441,30 @@ export const NodeRegistryService: GenService<{
     methodKind: "unary";
     input: typeof UndrainNodeRequestSchema;
     output: typeof UndrainNodeResponseSchema;
+  },
+  /**
+   * CreateJoinToken mints a single-use join token for one node name and fleet (admins only,
+   * `sf admin node join-token`). Errors: INVALID_ARGUMENT (bad name, fleet or ttl),
+   * PERMISSION_DENIED (not an admin: FORBIDDEN), UNAUTHENTICATED.
+   *
+   * @generated from rpc starforge.forgelet.v1.NodeRegistryService.CreateJoinToken
+   */
+  createJoinToken: {
+    methodKind: "unary";
+    input: typeof CreateJoinTokenRequestSchema;
+    output: typeof CreateJoinTokenResponseSchema;
+  },
+  /**
+   * CreateExecutorToken mints a token for an agent executor to list one fleet's nodes (admins
+   * only, `sf admin executor-token`). Errors: INVALID_ARGUMENT (empty fleet), PERMISSION_DENIED
+   * (not an admin: FORBIDDEN), UNAUTHENTICATED.
+   *
+   * @generated from rpc starforge.forgelet.v1.NodeRegistryService.CreateExecutorToken
+   */
+  createExecutorToken: {
+    methodKind: "unary";
+    input: typeof CreateExecutorTokenRequestSchema;
+    output: typeof CreateExecutorTokenResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_starforge_forgelet_v1_node_registry_service, 0);

@@ -215,6 +215,21 @@ class ErrorReason(betterproto2.Enum):
     ALREADY_EXISTS: the object exists (dataset version, user).
     """
 
+    NODE_IDENTITY = 21
+    """
+    PERMISSION_DENIED: a node credential or join token used for another node's name or fleet.
+    """
+
+    MESSAGE_TOO_LARGE = 22
+    """
+    RESOURCE_EXHAUSTED: the request message is larger than this method accepts.
+    """
+
+    JOIN_TOKEN_USED = 23
+    """
+    UNAUTHENTICATED: the node join token was already used, or has expired; mint a new one.
+    """
+
     ATTEMPT_ENDED = 27
     """
     PERMISSION_DENIED: a lifecycle record (COMMAND_STARTED, COMMAND_EXITED, RUNNER_*) for an
@@ -269,6 +284,9 @@ class ErrorReason(betterproto2.Enum):
             18: "ERROR_REASON_INTERNAL",
             19: "ERROR_REASON_TOKEN_SCOPE",
             20: "ERROR_REASON_ALREADY_EXISTS",
+            21: "ERROR_REASON_NODE_IDENTITY",
+            22: "ERROR_REASON_MESSAGE_TOO_LARGE",
+            23: "ERROR_REASON_JOIN_TOKEN_USED",
             27: "ERROR_REASON_ATTEMPT_ENDED",
             30: "ERROR_REASON_UNKNOWN_SECRET",
             31: "ERROR_REASON_SECRETS_DISABLED",
@@ -300,6 +318,9 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INTERNAL": 18,
             "ERROR_REASON_TOKEN_SCOPE": 19,
             "ERROR_REASON_ALREADY_EXISTS": 20,
+            "ERROR_REASON_NODE_IDENTITY": 21,
+            "ERROR_REASON_MESSAGE_TOO_LARGE": 22,
+            "ERROR_REASON_JOIN_TOKEN_USED": 23,
             "ERROR_REASON_ATTEMPT_ENDED": 27,
             "ERROR_REASON_UNKNOWN_SECRET": 30,
             "ERROR_REASON_SECRETS_DISABLED": 31,
@@ -645,7 +666,7 @@ class Fleet(betterproto2.Message):
 
     executor_address: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
     """
-    Executor service address.
+    Executor service address; empty unless the caller is an admin.
     """
 
     state: "FleetState" = betterproto2.field(4, betterproto2.TYPE_ENUM, default_factory=lambda: FleetState(0))

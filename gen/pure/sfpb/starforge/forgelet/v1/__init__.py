@@ -4,6 +4,10 @@
 # This file has been @generated
 
 __all__ = (
+    "CreateExecutorTokenRequest",
+    "CreateExecutorTokenResponse",
+    "CreateJoinTokenRequest",
+    "CreateJoinTokenResponse",
     "DrainNodeRequest",
     "DrainNodeResponse",
     "DrainRequest",
@@ -99,6 +103,90 @@ class NodeState(betterproto2.Enum):
             "NODE_STATE_DRAINED": 3,
             "NODE_STATE_LOST": 4,
         }
+
+
+@dataclass(eq=False, repr=False)
+class CreateExecutorTokenRequest(betterproto2.Message):
+    """
+    CreateExecutorTokenRequest names the fleet an agent executor serves.
+    """
+
+    fleet: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Fleet whose nodes the token may list.
+    """
+
+    name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Name for humans ("agent-gpu").
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "CreateExecutorTokenRequest", CreateExecutorTokenRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CreateExecutorTokenResponse(betterproto2.Message):
+    """
+    CreateExecutorTokenResponse returns the executor token once.
+    """
+
+    token: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The executor token (sfe_...): the agent executor's `control_token`.
+    """
+
+
+default_message_pool.register_message(
+    "starforge.forgelet.v1", "CreateExecutorTokenResponse", CreateExecutorTokenResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class CreateJoinTokenRequest(betterproto2.Message):
+    """
+    CreateJoinTokenRequest names the node to enrol.
+    """
+
+    node: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Node name the token may register ([A-Za-z0-9][A-Za-z0-9._-]{0,199}).
+    """
+
+    fleet: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Fleet the node joins.
+    """
+
+    ttl_seconds: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Lifetime in seconds; 0 for the default (one hour). At most 7 days.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "CreateJoinTokenRequest", CreateJoinTokenRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CreateJoinTokenResponse(betterproto2.Message):
+    """
+    CreateJoinTokenResponse returns the join token once.
+    """
+
+    token: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The join token (sfj_...): the forgelet's `join_token`.
+    """
+
+    expire_time: "datetime.datetime | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it expires if unused.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "CreateJoinTokenResponse", CreateJoinTokenResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -413,6 +501,12 @@ class RegisterNodeResponse(betterproto2.Message):
     The node as registered.
     """
 
+    node_token: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The node credential (sfn_...), set only when the call used a join token: it is shown once,
+    and the forgelet stores it (mode 0600) and uses it from then on.
+    """
+
 
 default_message_pool.register_message("starforge.forgelet.v1", "RegisterNodeResponse", RegisterNodeResponse)
 
@@ -703,9 +797,12 @@ class ForgeletServiceStub(betterproto2_grpclib.ServiceStub):
 class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
     """
     NodeRegistryService is served by the control plane: forgelets register and heartbeat, and the
-    agent executor finds nodes. Calls need a node token (forgelet) or an executor token
-    (UNAUTHENTICATED otherwise). A node that misses heartbeats for the configured timeout is
-    marked LOST and its attempts fail as node lost (retryable).
+    agent executor finds nodes. Identities: a node credential (sfn_, bound to one node name and
+    fleet), a join token (sfj_, single use, exchanged for a node credential by RegisterNode), an
+    executor token (sfe_, bound to one fleet) and admins' personal access tokens. A call without a
+    valid token is UNAUTHENTICATED; a token of a kind the method does not take is PERMISSION_DENIED
+    (reason TOKEN_SCOPE). A node that misses heartbeats for the configured timeout is marked LOST
+    and its attempts fail as node lost (retryable).
     """
 
     async def register_node(
@@ -717,8 +814,12 @@ class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
         metadata: "MetadataLike | None" = None,
     ) -> "RegisterNodeResponse":
         """
-        RegisterNode adds or updates a node. A forgelet calls it at start and after any restart.
-        Errors: INVALID_ARGUMENT (empty name or address), UNAUTHENTICATED.
+        RegisterNode adds or updates the caller's own node: with a join token (first registration)
+        it also mints the node credential, returned once in `node_token`; with a node credential it
+        may change the node's address and inventory but never its name or fleet.
+        Errors: INVALID_ARGUMENT (empty name or address), PERMISSION_DENIED (NODE_IDENTITY: another
+        node's name or fleet; TOKEN_SCOPE: not a node credential or join token), UNAUTHENTICATED
+        (JOIN_TOKEN_USED: a used or expired join token).
         """
 
         return await self._unary_unary(
@@ -739,8 +840,9 @@ class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
         metadata: "MetadataLike | None" = None,
     ) -> "HeartbeatResponse":
         """
-        Heartbeat reports inventory and running attempts.
-        Errors: NOT_FOUND (unknown node: register again), UNAUTHENTICATED.
+        Heartbeat reports inventory and running attempts of the caller's own node.
+        Errors: NOT_FOUND (unknown node: register again), PERMISSION_DENIED (NODE_IDENTITY: another
+        node's name; TOKEN_SCOPE: not a node credential), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -761,8 +863,9 @@ class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
         metadata: "MetadataLike | None" = None,
     ) -> "ListNodesResponse":
         """
-        ListNodes lists nodes of a fleet.
-        Errors: UNAUTHENTICATED.
+        ListNodes lists nodes of a fleet: admins see every fleet, an executor token its own fleet, a
+        node credential only its own node. Errors: PERMISSION_DENIED (a non-admin personal access
+        token, reason FORBIDDEN; another fleet for an executor token), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -783,8 +886,9 @@ class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
         metadata: "MetadataLike | None" = None,
     ) -> "DrainNodeResponse":
         """
-        DrainNode marks a node draining; its attempts are paused and it takes no new work.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        DrainNode marks a node draining; its attempts are paused and it takes no new work. Admins,
+        or a node credential for its own node (`forgelet drain`).
+        Errors: NOT_FOUND, PERMISSION_DENIED (FORBIDDEN or NODE_IDENTITY), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -805,14 +909,61 @@ class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
         metadata: "MetadataLike | None" = None,
     ) -> "UndrainNodeResponse":
         """
-        UndrainNode makes a draining or drained node READY again (after maintenance).
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        UndrainNode makes a draining or drained node READY again (after maintenance). Admins, or a
+        node credential for its own node (`forgelet undrain`).
+        Errors: NOT_FOUND, PERMISSION_DENIED (FORBIDDEN or NODE_IDENTITY), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
             "/starforge.forgelet.v1.NodeRegistryService/UndrainNode",
             message,
             UndrainNodeResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def create_join_token(
+        self,
+        message: "CreateJoinTokenRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "CreateJoinTokenResponse":
+        """
+        CreateJoinToken mints a single-use join token for one node name and fleet (admins only,
+        `sf admin node join-token`). Errors: INVALID_ARGUMENT (bad name, fleet or ttl),
+        PERMISSION_DENIED (not an admin: FORBIDDEN), UNAUTHENTICATED.
+        """
+
+        return await self._unary_unary(
+            "/starforge.forgelet.v1.NodeRegistryService/CreateJoinToken",
+            message,
+            CreateJoinTokenResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def create_executor_token(
+        self,
+        message: "CreateExecutorTokenRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "CreateExecutorTokenResponse":
+        """
+        CreateExecutorToken mints a token for an agent executor to list one fleet's nodes (admins
+        only, `sf admin executor-token`). Errors: INVALID_ARGUMENT (empty fleet), PERMISSION_DENIED
+        (not an admin: FORBIDDEN), UNAUTHENTICATED.
+        """
+
+        return await self._unary_unary(
+            "/starforge.forgelet.v1.NodeRegistryService/CreateExecutorToken",
+            message,
+            CreateExecutorTokenResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
