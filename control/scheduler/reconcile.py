@@ -257,7 +257,7 @@ def _stop_targets(s: Session) -> list[tuple[str, str]]:
     rows = s.execute(
         select(m.Attempt.id, m.Attempt.fleet)
         .join(m.Job, m.Job.id == m.Attempt.job_id)
-        .where(m.Job.desired.in_(("stop", "pause")), m.Attempt.state.in_(sm.ACTIVE))
+        .where(m.Job.desired.in_((sm.STOP, sm.PAUSE)), m.Attempt.state.in_(sm.ACTIVE))
     ).all()
     return [(r[0], r[1]) for r in rows]
 

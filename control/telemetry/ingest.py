@@ -156,8 +156,8 @@ def apply_records(s: Session, attempt_id: str, records: Sequence[pb.Record], *, 
         out.kinds[kind or "empty"] = out.kinds.get(kind or "empty", 0) + 1
     flush()
     out.acked_seq = cur.acked_seq
-    if job.desired in ("stop", "pause") and attempt.state in sm.ACTIVE:
-        out.signal = pb.CONTROL_SIGNAL_STOP if job.desired == "stop" else pb.CONTROL_SIGNAL_PAUSE
+    if job.desired in (sm.STOP, sm.PAUSE) and attempt.state in sm.ACTIVE:
+        out.signal = pb.CONTROL_SIGNAL_STOP if job.desired == sm.STOP else pb.CONTROL_SIGNAL_PAUSE
     return out
 
 

@@ -185,11 +185,11 @@ def test_stop_requested_ends_stopped_not_failed(db: Database) -> None:
     def go(s):  # type: ignore[no-untyped-def]
         j = f.job(s)
         a = f.attempt(s, j, to=sm.RUNNING)
-        j.desired = "stop"
+        jobs.request(s, j, sm.STOP)
         outcomes.finish_attempt(s, j, a, exit_code=143, signal=15)
         return j.state, a.state, j.desired
 
-    assert db.run_sync(go) == (sm.STOPPED, sm.STOPPED, "")
+    assert db.run_sync(go) == (sm.STOPPED, sm.STOPPED, sm.NO_REQUEST)
 
 
 def test_attempt_cause_values_exist() -> None:
