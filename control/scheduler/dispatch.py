@@ -29,7 +29,7 @@ from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
 from control.ledger import state_machine as sm
-from control.scheduler import placement
+from control.scheduler import backoff, placement
 
 log = logging.getLogger("starforge.scheduler")
 DRAINED = 2  # starforge.control.v1.FLEET_STATE_DRAINED
@@ -371,9 +371,15 @@ class Scheduler:
                 ),
             )
             return
-        # Let the reconciler retry after a backoff; it re-sends the same LaunchRequest.
+        # Let the reconciler retry after a backoff; it re-sends the same LaunchRequest. The
+        # schedule lives in the lease, so every replica keeps to it.
+        now = time.time()
+        if full:
+            delay = backoff.LAUNCH_FULL.delay(backoff.LAUNCH_FULL.tries_after(now - attempt.created_at))
+        else:
+            delay = backoff.LAUNCH.delay(attempt.dispatch_tries)
         attempt.lease_owner = ""
-        attempt.lease_until = time.time() + (1.0 if full else min(2.0**attempt.dispatch_tries, 30.0))
+        attempt.lease_until = now + delay
         attempt.reason = f"launch will be retried: {err.message}"
 
     def _launch_refused(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> None:
