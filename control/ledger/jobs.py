@@ -283,6 +283,25 @@ def _insert_job(
 NEVER = 1e18  # not_before of a stage whose parent has not succeeded (pipeline.on_end releases it)
 
 
+def new_attempt(s: Session, job: m.Job, fleet: str, reason: str, *, now: float, **columns: Any) -> m.Attempt:
+    """The job's next attempt, dispatched: the job and the attempt go QUEUED -> SUBMITTED."""
+    number = job.attempts_count + 1
+    attempt = m.Attempt(
+        id=ids.attempt_id(job.id, number),
+        job_id=job.id,
+        number=number,
+        state=sm.QUEUED,
+        fleet=fleet,
+        created_at=now,
+        **columns,
+    )
+    s.add(attempt)
+    job.attempts_count = number
+    job.fleet = fleet
+    transition(s, job, sm.SUBMITTED, reason, attempt=attempt, now=now)
+    return attempt
+
+
 # -- requests (DesiredState) -----------------------------------------------------------------------
 
 

@@ -8,7 +8,9 @@ Additions, each needed for "nothing lost": a job can be stopped or can fail befo
 (QUEUED/SUBMITTED/PENDING -> STOPPED | FAILED), and a job can be paused before it started
 (SUBMITTED/PENDING -> PAUSED: a drain or a user's pause that catches it while its launch is in
 flight or its container is not up yet; without SUBMITTED -> PAUSED such a job had to be given a
-RUNNING event and a start time it never had).
+RUNNING event and a start time it never had). A paused job can be stopped (PAUSED -> STOPPED: the
+user gives up on resuming it; a drain's pause would otherwise be queued again by the platform;
+`sf job stop` of a paused job failed with an illegal transition before this edge).
 
 When an observation skips steps, `path_to` walks the shortest legal path through the states an
 attempt passes while it holds resources (so a job seen SUCCEEDED while we thought it PENDING goes
@@ -39,7 +41,7 @@ LEGAL: dict[int, frozenset[int]] = {
     SUBMITTED: frozenset({PENDING, STOPPED, FAILED, PAUSED}),
     PENDING: frozenset({RUNNING, STOPPED, FAILED, PAUSED}),
     RUNNING: frozenset({SUCCEEDED, FAILED, STOPPED, PAUSED}),
-    PAUSED: frozenset({QUEUED}),
+    PAUSED: frozenset({QUEUED, STOPPED}),
     FAILED: frozenset({QUEUED}),
     STOPPED: frozenset({QUEUED}),
     SUCCEEDED: frozenset(),

@@ -23,7 +23,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
-from common import errors, ids
+from common import errors
 from control import assembly, auth, datasets, metrics, windows
 from control.context import Context
 from control.db import models as m
@@ -174,27 +174,22 @@ class Scheduler:
             return None  # another replica took it, or it was stopped meanwhile
         fleet_cfg = self.ctx.cfg.fleet(fleet)
         recipe = self.ctx.catalog.get(job.method)
-        number = job.attempts_count + 1
-        attempt = m.Attempt(
-            id=ids.attempt_id(job.id, number),
-            job_id=job.id,
-            number=number,
-            state=sm.QUEUED,
+        metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
+        attempt = jobs.new_attempt(
+            s,
+            job,
+            fleet,
+            f"dispatched to fleet {fleet}",
+            now=now,
             cause=job.next_cause or job_pb2.ATTEMPT_CAUSE_INITIAL,
-            fleet=fleet,
             executor_kind=fleet_cfg.kind if fleet_cfg else "",
             series=job.series,
             gpus=job.gpus,
             needs=json.dumps(json.loads(job.needs or "{}").get("gpus", {})),
             lease_owner=self.ctx.replica_id,
             lease_until=now + LEASE_SECONDS,
-            created_at=now,
         )
-        s.add(attempt)
-        job.attempts_count = number
-        job.fleet = fleet
-        metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
-        jobs.transition(s, job, sm.SUBMITTED, f"dispatched to fleet {fleet}", attempt=attempt, now=now)
+        number = attempt.number
         if recipe is None or fleet_cfg is None:
             what = f"method {job.method} is no longer published" if recipe is None else f"fleet {fleet} is gone"
             outcomes.finish_attempt(

@@ -34,6 +34,7 @@ DESIGN = {
 EARLY_END = {(a, b) for a in (sm.QUEUED, sm.SUBMITTED, sm.PENDING) for b in (sm.STOPPED, sm.FAILED)} | {
     (sm.SUBMITTED, sm.PAUSED),
     (sm.PENDING, sm.PAUSED),
+    (sm.PAUSED, sm.STOPPED),
 }
 
 

@@ -20,7 +20,8 @@ export const file_starforge_job_v1_job_state: GenFile = /*@__PURE__*/
  *   RUNNING -> SUCCEEDED | FAILED | STOPPED | PAUSED
  *   PAUSED -> QUEUED (resume), FAILED -> QUEUED (retry), STOPPED -> QUEUED (resume)
  * QUEUED/SUBMITTED/PENDING may also go to STOPPED (stopped before it ran) or FAILED (launch failed),
- * and SUBMITTED/PENDING to PAUSED (paused, e.g. by a drain, before it started).
+ * and SUBMITTED/PENDING to PAUSED (paused, e.g. by a drain, before it started); a PAUSED job may be
+ * STOPPED (the user gives up on resuming it).
  *
  * @generated from enum starforge.job.v1.JobState
  */

@@ -227,7 +227,8 @@ class JobState(betterproto2.Enum):
       RUNNING -> SUCCEEDED | FAILED | STOPPED | PAUSED
       PAUSED -> QUEUED (resume), FAILED -> QUEUED (retry), STOPPED -> QUEUED (resume)
     QUEUED/SUBMITTED/PENDING may also go to STOPPED (stopped before it ran) or FAILED (launch failed),
-    and SUBMITTED/PENDING to PAUSED (paused, e.g. by a drain, before it started).
+    and SUBMITTED/PENDING to PAUSED (paused, e.g. by a drain, before it started); a PAUSED job may be
+    STOPPED (the user gives up on resuming it).
     """
 
     UNSPECIFIED = 0
