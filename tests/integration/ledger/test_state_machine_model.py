@@ -1,17 +1,14 @@
 """A model test of the ledger: random sequences of submissions, launches, observations, stops,
 pauses, resumes, retries, drains, window closes and crashes, driven through the ledger functions
-(jobs, outcomes, platform, pipeline, nodes) on SQLite. After every step, every job's event history
+(jobs, outcomes, platform, pipeline, nodes) on SQLite and PostgreSQL. After every step, every job's event history
 must be a legal path of the one transition table that ends in the job's state, and a job or
 attempt has a start time exactly when it went through RUNNING."""
 
 from __future__ import annotations
 
 import json
-import pathlib
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -31,7 +28,6 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import nodes
-from control.db import migrate
 from control.db import models as m
 from control.db.engine import Database
 from control.ledger import jobs, outcomes, pipeline, platform
@@ -350,19 +346,8 @@ def _check_history(job: m.Job, events: list[m.JobEvent], attempts: list[m.Attemp
         assert job.desired == sm.NO_REQUEST, f"{job_id} rests with a request pending"
 
 
-@pytest.fixture(scope="module")
-def ledger() -> Iterator[Database]:
-    with tempfile.TemporaryDirectory(prefix="sf-model-") as tmp:
-        db = Database(f"sqlite:///{pathlib.Path(tmp) / 'ledger.db'}")
-        migrate.upgrade(db.engine)
-        try:
-            yield db
-        finally:
-            db.close()
-
-
-def test_ledger_histories_are_legal_paths(ledger: Database) -> None:
-    LedgerModel.db = ledger
+def test_ledger_histories_are_legal_paths(db: Database) -> None:
+    LedgerModel.db = db
     run_state_machine_as_test(
         LedgerModel,
         settings=settings(
