@@ -11,6 +11,9 @@ signed the console's certificate; `STARFORGE_CA_FILE` overrides it), or the cons
 `grpcs://` or `https://`; without `ca_file` it trusts the system's CAs. Plaintext to a console that
 is not on loopback sends the token readable by anyone on the path, so `sf` refuses it unless the
 file says `insecure: true`.
+
+Next to it, `consoles.yaml` maps the address of each console `sf up --detach` started to its
+state directory, so that `sf down` stops the console the config names wherever it keeps its state.
 """
 
 from __future__ import annotations
@@ -153,9 +156,59 @@ def save(path: pathlib.Path, *, console: str | None, token: str | None, tls: boo
     data.update(kept)
     if tls:
         data["tls"] = True
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     text = "# StarForge client config (written by sf); holds a personal access token.\n"
-    text += yaml.safe_dump(data, sort_keys=False) if data else ""
+    _write_atomically(path, text + (yaml.safe_dump(data, sort_keys=False) if data else ""))
+
+
+CONSOLES_FILE = "consoles.yaml"
+
+
+def consoles_path(env: Mapping[str, str]) -> pathlib.Path:
+    """Where `sf up` records the state directory of each console it started."""
+    return config_path(env).parent / CONSOLES_FILE
+
+
+def _read_consoles(path: pathlib.Path) -> dict[str, str]:
+    """address -> state directory; an unreadable or malformed file counts as empty (it is only
+    a record of what `sf up` started, never the user's settings)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): str(v) for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _write_consoles(path: pathlib.Path, consoles: Mapping[str, str]) -> None:
+    text = "# Consoles `sf up --detach` started: address -> state directory (read by `sf down`).\n"
+    _write_atomically(path, text + (yaml.safe_dump(dict(consoles), sort_keys=True) if consoles else ""))
+
+
+def remember_console(env: Mapping[str, str], address: str, state_dir: pathlib.Path) -> None:
+    """Record that the console at `address` keeps its state in `state_dir`."""
+    path = consoles_path(env)
+    consoles = _read_consoles(path)
+    consoles[normalize_address(address)] = str(state_dir)
+    _write_consoles(path, consoles)
+
+
+def console_state_dir(env: Mapping[str, str], address: str) -> pathlib.Path | None:
+    """The state directory of the console at `address`, if `sf up` started it."""
+    value = _read_consoles(consoles_path(env)).get(normalize_address(address))
+    return pathlib.Path(value) if value else None
+
+
+def forget_console(env: Mapping[str, str], address: str) -> None:
+    path = consoles_path(env)
+    consoles = _read_consoles(path)
+    if consoles.pop(normalize_address(address), None) is not None:
+        _write_consoles(path, consoles)
+
+
+def _write_atomically(path: pathlib.Path, text: str) -> None:
+    """Replace `path` with `text` (mode 0600) so that a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)  # mkstemp creates it 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

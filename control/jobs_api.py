@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -133,91 +132,48 @@ class JobsApi:
             )
 
         def create(s: Session) -> job_pb2.Job:
-            if request_id:
-                existing = s.scalars(
-                    select(m.Job).where(m.Job.owner == principal.user, m.Job.request_id == request_id)
-                ).first()
-                if existing is not None:
-                    return job_proto(s, existing)
-            now = time.time()
-            provenance = job_spec_pb2.Provenance()
-            provenance.CopyFrom(spec.provenance)
-            provenance.recipe_digest = admitted.recipe.digest
-            needs_gpus: dict[str, int] = {}
-            needs_nodes: dict[str, int] = {}
-            for p in admitted.pools:
-                needs_gpus[p.series] = needs_gpus.get(p.series, 0) + (p.nodes * p.gpus_per_node or 1)
-                needs_nodes[p.series] = max(needs_nodes.get(p.series, 0), p.nodes)
-            common = dict(
+            job = jobs.create_job(
+                s,
                 owner=principal.user,
-                project=spec.project,
-                experiment=spec.experiment,
-                method=spec.method,
-                queue=spec.queue or "default",
-                priority=max(-100, min(100, spec.priority)),
-                series=admitted.series,
-                gpus=admitted.gpus,
-                needs=json.dumps({"gpus": needs_gpus, "nodes": needs_nodes}),
-                eligible_fleets=json.dumps(admitted.fleets),
-                runtime_id=admitted.runtime_id,
-                pools=convert.pools_to_bytes(admitted.pools),
-                resolved_config=json.dumps(admitted.resolved_config),
-                image=admitted.image,
-                provenance=provenance.SerializeToString(),
-                retry_budget=spec.retry_budget if spec.HasField("retry_budget") else self.ctx.cfg.default_retry_budget,
-                labels=json.dumps(dict(spec.labels)),
-                next_cause=job_pb2.ATTEMPT_CAUSE_INITIAL,
-                created_at=now,
-                updated_at=now,
-                event_seq=1,
-            )
-            job = m.Job(
-                id=ids.new_job_id(),
-                state=sm.QUEUED,
-                spec=spec.SerializeToString(),
                 request_id=request_id,
-                wait_reason=st.WAIT_REASON_PRIORITY,
-                wait_message="waiting for the scheduler",
-                seq=jobs.next_counter(s, "job_seq"),
-                **common,
+                spec=spec,
+                columns=self._admitted_columns(spec, admitted),
             )
-            s.add(job)
-            s.add(m.JobEvent(job_id=job.id, seq=1, from_state=0, to_state=sm.QUEUED, at=now, reason="admitted"))
-            parent = job
-            for stage in spec.then_stages:
-                stage_spec = job_spec_pb2.JobSpec()
-                stage_spec.CopyFrom(spec)
-                del stage_spec.then_stages[:]
-                child = m.Job(
-                    id=ids.new_job_id(),
-                    state=sm.QUEUED,
-                    spec=stage_spec.SerializeToString(),
-                    parent_job_id=parent.id,
-                    stage=stage,
-                    not_before=pipeline.NEVER,
-                    wait_reason=st.WAIT_REASON_DEPENDENCY,
-                    wait_message=f"waiting for {parent.stage or 'training'} job {parent.id} to succeed",
-                    seq=jobs.next_counter(s, "job_seq"),
-                    **common,
-                )
-                s.add(child)
-                s.add(
-                    m.JobEvent(
-                        job_id=child.id,
-                        seq=1,
-                        from_state=0,
-                        to_state=sm.QUEUED,
-                        at=now,
-                        reason=f"{stage} stage of {job.id}",
-                    )
-                )
-                parent = child
-            s.flush()
             return job_proto(s, job)
 
         job = await self.ctx.db.run(create)
         self.ctx.notifier.notify(job.job_id, "schedule")
         return Submitted(job, warnings)
+
+    def _admitted_columns(self, spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> dict[str, Any]:
+        """The job row's values that admission decided (shared by a pipeline's stages)."""
+        provenance = job_spec_pb2.Provenance()
+        provenance.CopyFrom(spec.provenance)
+        provenance.recipe_digest = admitted.recipe.digest
+        needs_gpus: dict[str, int] = {}
+        needs_nodes: dict[str, int] = {}
+        for p in admitted.pools:
+            needs_gpus[p.series] = needs_gpus.get(p.series, 0) + (p.nodes * p.gpus_per_node or 1)
+            needs_nodes[p.series] = max(needs_nodes.get(p.series, 0), p.nodes)
+        return dict(
+            project=spec.project,
+            experiment=spec.experiment,
+            method=spec.method,
+            queue=spec.queue or "default",
+            priority=max(-100, min(100, spec.priority)),
+            series=admitted.series,
+            gpus=admitted.gpus,
+            needs=json.dumps({"gpus": needs_gpus, "nodes": needs_nodes}),
+            eligible_fleets=json.dumps(admitted.fleets),
+            runtime_id=admitted.runtime_id,
+            pools=convert.pools_to_bytes(admitted.pools),
+            resolved_config=json.dumps(admitted.resolved_config),
+            image=admitted.image,
+            provenance=provenance.SerializeToString(),
+            retry_budget=spec.retry_budget if spec.HasField("retry_budget") else self.ctx.cfg.default_retry_budget,
+            labels=json.dumps(dict(spec.labels)),
+            next_cause=job_pb2.ATTEMPT_CAUSE_INITIAL,
+        )
 
     async def get(self, principal: Principal, job_id: str) -> job_pb2.Job:
         return await self.ctx.db.run(lambda s: job_proto(s, _visible(s, principal, job_id)))
@@ -293,7 +249,7 @@ class JobsApi:
                 jobs.transition(s, job, sm.STOPPED, reason)
                 pipeline.on_end(s, job)
                 return job_proto(s, job), None
-            job.desired = what
+            jobs.request(s, job, sm.STOP if what == "stop" else sm.PAUSE)
             attempt = jobs.current_attempt(s, job)
             if attempt is not None and attempt.state in sm.ACTIVE:
                 attempt.reason = reason

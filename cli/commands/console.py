@@ -2,8 +2,10 @@
 
 `sf up` runs `control.embedded.run_embedded` in the foreground; `--detach` starts the same
 command as a background process in its own session (output in `<state>/console.log`), waits for
-its ready file, records its PID in `<state>/console.pid`, and logs the client in with the admin
-token when no console is configured yet. `sf down` stops exactly that PID.
+its ready file, records its PID in `<state>/console.pid` and its state directory in the client's
+`consoles.yaml` (by address), and logs the client in with the admin token when no console is
+configured yet. `sf down` stops exactly that PID: the one in `--state-dir`, else that of the console
+the client config names, else that of the default state directory.
 """
 
 from __future__ import annotations
@@ -191,6 +193,7 @@ def up_detached(state: AppState, state_dir: pathlib.Path, listen: str, runtime: 
         pid_file.unlink(missing_ok=True)
         raise
     address = client_address(str(info["address"]))
+    client_config.remember_console(state.env, address, state_dir)
     out.success(f"console running at {address} (pid {proc.pid}); log: {log}; stop it with `sf down`")
     adopt_console(state, info, login, out)
 
@@ -323,10 +326,18 @@ def register(app: typer.Typer) -> None:
         state_dir: StateDirOpt = None,
         timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to stop.")] = STOP_TIMEOUT_S,
     ) -> None:
-        """Stop the console that `sf up --detach` started.
+        """Stop the console that `sf up --detach` started: the one your client config names
+        (wherever its state directory is), or the one of --state-dir.
 
         Example: `sf down`
         """
         st = app_state(ctx)
-        directory = (state_dir or default_state_dir(st.env)).expanduser().resolve()
+        address = st.config().console
+        directory = (
+            (state_dir or client_config.console_state_dir(st.env, address) or default_state_dir(st.env))
+            .expanduser()
+            .resolve()
+        )
         down(directory, st.output(), timeout)
+        if state_dir is None and not (directory / PID_FILE).exists():
+            client_config.forget_console(st.env, address)

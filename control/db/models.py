@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -92,8 +93,9 @@ class Job(Base):
     # queued again by the platform when the window opens or right after the drain paused them.
     stopped_by: Mapped[str] = mapped_column(String(16), default="")
     diagnosis: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
-    # What a user asked for while the job runs ("stop", "pause"); cleared when reached.
-    desired: Mapped[str] = mapped_column(String(16), default="")
+    # What a user or the platform asked of the job while its attempt is active: a DesiredState
+    # (0 nothing, STOP, PAUSE; state_machine.DESIRED_LEGAL); cleared when the job rests.
+    desired: Mapped[int] = mapped_column(Integer, default=0)
     labels: Mapped[str] = mapped_column(Text, default="{}")
     out_dir: Mapped[str] = mapped_column(Text, default="")
     # Earliest time the scheduler may dispatch it (retry backoff).
@@ -119,7 +121,17 @@ class Job(Base):
         # touching the table rows (a submit's queue position was a scan of every QUEUED row).
         Index("ix_jobs_state_queue_priority_seq", "state", "queue", "priority", "seq"),
         Index("ix_jobs_owner_created", "owner", "created_at"),
-        Index("ix_jobs_owner_request", "owner", "request_id"),
+        # One job per (owner, request_id): a retried submission finds the job its first try
+        # created, even when the retries race (jobs.create_job). Jobs without a request id are
+        # not constrained.
+        Index(
+            "uq_jobs_owner_request",
+            "owner",
+            "request_id",
+            unique=True,
+            sqlite_where=text("request_id != ''"),
+            postgresql_where=text("request_id != ''"),
+        ),
     )
 
 
@@ -173,6 +185,8 @@ class JobEvent(Base):
     to_state: Mapped[int] = mapped_column(Integer)
     at: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(Text, default="")
+    # Only the attempt changed (a stale attempt ended after its job moved on); from/to are its states.
+    attempt_only: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class LogLine(Base):

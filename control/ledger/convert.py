@@ -124,6 +124,7 @@ def event_to_proto(e: m.JobEvent) -> job_pb2.JobEvent:
         to_state=e.to_state,  # type: ignore[arg-type]
         reason=e.reason,
         sequence=e.seq,
+        attempt_only=e.attempt_only,
     )
     t = ts(e.at)
     if t is not None:

@@ -1,21 +1,28 @@
 """Job and attempt rows: creation, transitions and the event log. Sync, called inside a session.
 
-`transition` is the only function that changes a job's or an attempt's state; it checks the state
-machine, stamps times, appends a JobEvent and bumps the job's event sequence.
+`create_job` is the only function that creates jobs (and their first events); it is idempotent
+per (owner, request_id). `transition` is the only function that changes a job's state, and
+`advance` the only one that walks an attempt forward along implied states; both check the state
+machine and append a JobEvent for every change. `request` records what was asked of a running
+job (stop, pause: the contract's DesiredState).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from starforge.job.v1 import job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
-from common import errors
+from common import errors, ids
 from control.db import models as m
 from control.ledger import state_machine as sm
 
@@ -100,35 +107,216 @@ def transition(
         job.wait_message = ""
     job.queue_position = 0
     if to_state in sm.TERMINAL or to_state in (sm.PAUSED, sm.QUEUED):
-        job.desired = ""
+        job.desired = sm.NO_REQUEST
+    _record(s, job, attempt.id if attempt is not None else "", from_state, to_state, reason, now)
+    return Transition(job.id, attempt.id if attempt else "", from_state, to_state, reason)
+
+
+def _record(
+    s: Session,
+    job: m.Job,
+    attempt_id: str,
+    from_state: int,
+    to_state: int,
+    reason: str,
+    now: float,
+    *,
+    attempt_only: bool = False,
+) -> None:
+    """Append the job's next event."""
     job.event_seq += 1
     s.add(
         m.JobEvent(
             job_id=job.id,
             seq=job.event_seq,
-            attempt_id=attempt.id if attempt is not None else "",
+            attempt_id=attempt_id,
             from_state=from_state,
             to_state=to_state,
             at=now,
             reason=reason,
+            attempt_only=attempt_only,
         )
     )
-    return Transition(job.id, attempt.id if attempt else "", from_state, to_state, reason)
 
 
 def advance(
     s: Session, job: m.Job, attempt: m.Attempt, target: int, reason: str, *, now: float | None = None
 ) -> list[Transition]:
-    """Walk job and attempt forward to `target` through implied states (see state_machine.path_to)."""
-    if attempt.state != job.state:
-        # The job moved on (e.g. resumed) while this attempt is stale: only the attempt changes.
-        for state in sm.path_to(attempt.state, target):
-            sm.check(attempt.state, state, f"attempt {attempt.id}")
-            attempt.state = state
-            if state in sm.TERMINAL or state == sm.PAUSED:
-                attempt.ended_at = now or time.time()
+    """Walk job and attempt forward to `target` along the shortest legal path (state_machine.path_to)."""
+    now = time.time() if now is None else now
+    if attempt.state != job.state or attempt.number != job.attempts_count:
+        _advance_stale(s, job, attempt, target, reason, now)
         return []
     return [transition(s, job, state, reason, attempt=attempt, now=now) for state in sm.path_to(job.state, target)]
+
+
+def _advance_stale(s: Session, job: m.Job, attempt: m.Attempt, target: int, reason: str, now: float) -> None:
+    """The job moved on (e.g. was resumed) while this attempt is stale: only the attempt changes,
+    and each change is still an event of the job's log (marked attempt_only)."""
+    for state in sm.path_to(attempt.state, target):
+        from_state = attempt.state
+        attempt.state = state
+        if state == sm.RUNNING and attempt.started_at is None:
+            attempt.started_at = now
+        if state in sm.TERMINAL or state == sm.PAUSED:
+            attempt.ended_at = now
+        _record(
+            s,
+            job,
+            attempt.id,
+            from_state,
+            state,
+            f"attempt {attempt.id} (no longer current): {reason}",
+            now,
+            attempt_only=True,
+        )
+
+
+# -- creation --------------------------------------------------------------------------------------
+
+
+def _by_request(s: Session, owner: str, request_id: str) -> m.Job | None:
+    return s.scalars(select(m.Job).where(m.Job.owner == owner, m.Job.request_id == request_id)).one_or_none()
+
+
+def create_job(
+    s: Session,
+    *,
+    owner: str,
+    request_id: str,
+    spec: job_spec_pb2.JobSpec,
+    columns: Mapping[str, Any],
+    now: float | None = None,
+) -> m.Job:
+    """Queue a job (and one job per `spec.then_stages` stage, each waiting on the one before) and
+    record their first events; `columns` are the admitted values the stages share.
+
+    Idempotent per (owner, request_id): a retry of a submission returns the job the first one
+    created. Two retries racing (PostgreSQL, or two replicas) both insert; the unique index lets
+    one win, and the loser's insert is rolled back to its savepoint and the winner's job returned.
+    """
+    now = time.time() if now is None else now
+    if not request_id:
+        return _insert_chain(s, owner, "", spec, columns, now)
+    existing = _by_request(s, owner, request_id)
+    if existing is not None:
+        return existing
+    try:
+        with s.begin_nested():
+            return _insert_chain(s, owner, request_id, spec, columns, now)
+    except IntegrityError:
+        existing = _by_request(s, owner, request_id)
+        if existing is None:
+            raise  # some other constraint: a bug, not a race
+        return existing
+
+
+def _insert_chain(
+    s: Session, owner: str, request_id: str, spec: job_spec_pb2.JobSpec, columns: Mapping[str, Any], now: float
+) -> m.Job:
+    job = _insert_job(
+        s,
+        owner,
+        spec,
+        columns,
+        now,
+        request_id=request_id,
+        wait=(st.WAIT_REASON_PRIORITY, "waiting for the scheduler"),
+        reason="admitted",
+    )
+    parent = job
+    for stage in spec.then_stages:
+        stage_spec = job_spec_pb2.JobSpec()
+        stage_spec.CopyFrom(spec)
+        del stage_spec.then_stages[:]
+        parent = _insert_job(
+            s,
+            owner,
+            stage_spec,
+            columns,
+            now,
+            parent=parent,
+            stage=stage,
+            wait=(st.WAIT_REASON_DEPENDENCY, f"waiting for {parent.stage or 'training'} job {parent.id} to succeed"),
+            reason=f"{stage} stage of {job.id}",
+        )
+    s.flush()  # a duplicate request_id fails here, inside the caller's savepoint
+    return job
+
+
+def _insert_job(
+    s: Session,
+    owner: str,
+    spec: job_spec_pb2.JobSpec,
+    columns: Mapping[str, Any],
+    now: float,
+    *,
+    wait: tuple[int, str],
+    reason: str,
+    request_id: str = "",
+    parent: m.Job | None = None,
+    stage: str = "",
+) -> m.Job:
+    job = m.Job(
+        id=ids.new_job_id(),
+        owner=owner,
+        state=sm.QUEUED,
+        desired=sm.NO_REQUEST,
+        spec=spec.SerializeToString(),
+        request_id=request_id,
+        parent_job_id=parent.id if parent is not None else "",
+        stage=stage,
+        not_before=NEVER if parent is not None else 0.0,
+        wait_reason=wait[0],
+        wait_message=wait[1],
+        seq=next_counter(s, "job_seq"),
+        created_at=now,
+        updated_at=now,
+        event_seq=0,
+        **columns,
+    )
+    s.add(job)
+    _record(s, job, "", st.JOB_STATE_UNSPECIFIED, sm.QUEUED, reason, now)
+    return job
+
+
+NEVER = 1e18  # not_before of a stage whose parent has not succeeded (pipeline.on_end releases it)
+
+
+def new_attempt(s: Session, job: m.Job, fleet: str, reason: str, *, now: float, **columns: Any) -> m.Attempt:
+    """The job's next attempt, dispatched: the job and the attempt go QUEUED -> SUBMITTED."""
+    number = job.attempts_count + 1
+    attempt = m.Attempt(
+        id=ids.attempt_id(job.id, number),
+        job_id=job.id,
+        number=number,
+        state=sm.QUEUED,
+        fleet=fleet,
+        created_at=now,
+        **columns,
+    )
+    s.add(attempt)
+    job.attempts_count = number
+    job.fleet = fleet
+    transition(s, job, sm.SUBMITTED, reason, attempt=attempt, now=now)
+    return attempt
+
+
+# -- requests (DesiredState) -----------------------------------------------------------------------
+
+
+def request(s: Session, job: m.Job, wanted: int) -> bool:
+    """Ask a job with an active attempt to stop or pause; False when that is already asked."""
+    if job.desired == wanted:
+        return False
+    sm.check_request(job.desired, wanted, f"job {job.id}")
+    job.desired = wanted
+    return True
+
+
+def requested(job: m.Job) -> int:
+    """The state the job was asked to end in (STOPPED, PAUSED), or 0 when nothing was asked."""
+    return sm.DESIRED_TARGET.get(job.desired, 0)
 
 
 def next_counter(s: Session, name: str) -> int:

@@ -47,9 +47,9 @@ def finish_attempt(
     if exit_code is not None:
         attempt.exit_code = exit_code
     entrypoint = "train.sh" if job.method == "custom/custom" else "the training command"
-    if job.desired == "pause":
+    if job.desired == sm.PAUSE:
         target, reason = sm.PAUSED, attempt.reason or "paused: GPUs released, checkpoint kept"
-    elif job.desired == "stop" or stopped_by_backend:
+    elif job.desired == sm.STOP or stopped_by_backend:
         target, reason = sm.STOPPED, attempt.reason if job.desired else (message or "stopped")
     elif exit_code == 0 and not signal and known_class == st.FAILURE_CLASS_UNSPECIFIED:
         target, reason = sm.SUCCEEDED, f"{entrypoint} exited with code 0"

@@ -16,7 +16,7 @@ from control.db import models as m
 from control.ledger import jobs
 from control.ledger import state_machine as sm
 
-NEVER = 1e18  # not_before of a stage whose parent has not succeeded
+NEVER = jobs.NEVER  # not_before of a stage whose parent has not succeeded
 
 
 def _children(s: Session, job_id: str) -> list[m.Job]:

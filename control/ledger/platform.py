@@ -44,7 +44,7 @@ def request_stops(
         if job.desired or attempt.number != job.attempts_count:
             continue
         drain = reason == st.WAIT_REASON_DRAIN
-        job.desired = "pause" if drain else "stop"
+        jobs.request(s, job, sm.PAUSE if drain else sm.STOP)
         job.stopped_by = DRAIN if drain else WINDOW
         attempt.reason = ("paused: " if drain else "stopped: ") + message
         out.append((attempt.id, attempt.fleet))

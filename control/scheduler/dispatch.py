@@ -23,13 +23,13 @@ from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
-from common import errors, ids
+from common import errors
 from control import assembly, datasets, launch_secrets, metrics, windows
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
 from control.ledger import state_machine as sm
-from control.scheduler import placement
+from control.scheduler import backoff, placement
 
 log = logging.getLogger("starforge.scheduler")
 DRAINED = 2  # starforge.control.v1.FLEET_STATE_DRAINED
@@ -174,27 +174,22 @@ class Scheduler:
             return None  # another replica took it, or it was stopped meanwhile
         fleet_cfg = self.ctx.cfg.fleet(fleet)
         recipe = self.ctx.catalog.get(job.method)
-        number = job.attempts_count + 1
-        attempt = m.Attempt(
-            id=ids.attempt_id(job.id, number),
-            job_id=job.id,
-            number=number,
-            state=sm.QUEUED,
+        metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
+        attempt = jobs.new_attempt(
+            s,
+            job,
+            fleet,
+            f"dispatched to fleet {fleet}",
+            now=now,
             cause=job.next_cause or job_pb2.ATTEMPT_CAUSE_INITIAL,
-            fleet=fleet,
             executor_kind=fleet_cfg.kind if fleet_cfg else "",
             series=job.series,
             gpus=job.gpus,
             needs=json.dumps(json.loads(job.needs or "{}").get("gpus", {})),
             lease_owner=self.ctx.replica_id,
             lease_until=now + LEASE_SECONDS,
-            created_at=now,
         )
-        s.add(attempt)
-        job.attempts_count = number
-        job.fleet = fleet
-        metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
-        jobs.transition(s, job, sm.SUBMITTED, f"dispatched to fleet {fleet}", attempt=attempt, now=now)
+        number = attempt.number
         if recipe is None or fleet_cfg is None:
             what = f"method {job.method} is no longer published" if recipe is None else f"fleet {fleet} is gone"
             outcomes.finish_attempt(
@@ -371,9 +366,15 @@ class Scheduler:
                 ),
             )
             return
-        # Let the reconciler retry after a backoff; it re-sends the same LaunchRequest.
+        # Let the reconciler retry after a backoff; it re-sends the same LaunchRequest. The
+        # schedule lives in the lease, so every replica keeps to it.
+        now = time.time()
+        if full:
+            delay = backoff.LAUNCH_FULL.delay(backoff.LAUNCH_FULL.tries_after(now - attempt.created_at))
+        else:
+            delay = backoff.LAUNCH.delay(attempt.dispatch_tries)
         attempt.lease_owner = ""
-        attempt.lease_until = time.time() + (1.0 if full else min(2.0**attempt.dispatch_tries, 30.0))
+        attempt.lease_until = now + delay
         attempt.reason = f"launch will be retried: {err.message}"
 
     def _launch_refused(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> None:

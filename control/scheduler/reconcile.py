@@ -9,6 +9,10 @@ On start and then every few seconds:
   executor's last lines go into the job's log;
 - jobs with a pending stop or pause get their attempt stopped on the backend;
 - ended attempts are cleaned up (everything but FORGE_OUT_DIR).
+
+Observe and Stop of one attempt are repeated on the schedules of `backoff.py` (per attempt,
+exponential with jitter and a cap), not at the speed the loop turns: the loop wakes on every
+notification, and a stop that keeps answering stopped=false used to be sent again at once.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from control.context import Context
 from control.db import models as m
 from control.ledger import jobs, outcomes, platform
 from control.ledger import state_machine as sm
+from control.scheduler import backoff
 from control.scheduler.dispatch import Scheduler, closed_fleets, take_lease
 from control.telemetry import bounds, ingest
 
@@ -49,6 +54,8 @@ class Reconciler:
         self._ended_seen: dict[str, float] = {}
         self._last_fleet_check = 0.0
         self._stopping: set[str] = set()
+        self._stops = backoff.Tracker(backoff.STOP)
+        self._observes = backoff.Tracker(backoff.OBSERVE)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -66,6 +73,9 @@ class Reconciler:
             self._last_fleet_check = now
             await self.ctx.executors.check_all()
         active = await self.ctx.db.run(_active_attempts)
+        active_ids = {a[0] for a in active}
+        self._stops.keep_only(active_ids)
+        self._observes.keep_only(active_ids)
         by_fleet: dict[str, list[tuple[str, int, float, str]]] = defaultdict(list)
         for a in active:
             by_fleet[a[1]].append((a[0], a[2], a[3], a[4]))
@@ -81,26 +91,36 @@ class Reconciler:
         status = self.ctx.executors.status.get(fleet)
         if status is None or status.misconfigured:
             return
-        # SUBMITTED attempts still held by a live dispatch are left alone.
-        ids = [aid for aid, state, lease_until, _ in rows if state != sm.SUBMITTED or lease_until < now]
+        # SUBMITTED attempts still held by a live dispatch are left alone, and an attempt whose
+        # last observations changed nothing waits for its turn (backoff.OBSERVE).
+        ids = [
+            aid
+            for aid, state, lease_until, _ in rows
+            if (state != sm.SUBMITTED or lease_until < now) and self._observes.due(aid, now)
+        ]
         for i in range(0, len(ids), OBSERVE_BATCH):
             batch = ids[i : i + OBSERVE_BATCH]
+            for aid in batch:
+                self._observes.tried(aid, now)
             try:
                 observations = await self.ctx.executors.observe(fleet, batch)
             except errors.StarforgeError as e:
                 log.warning("observe on fleet %s failed: %s", fleet, e.message)
                 return
             for o in observations:
-                await self._apply(fleet, o, now)
+                if await self._apply(fleet, o, now):
+                    self._observes.reset(o.attempt_id)  # it moves: look again next cycle
 
-    async def _apply(self, fleet: str, o: ex.Observation, now: float) -> None:
+    async def _apply(self, fleet: str, o: ex.Observation, now: float) -> bool:
+        """Bring the ledger to the observation; True when the ledger changed."""
         state = await self.ctx.db.run(lambda s: jobs.get_attempt(s, o.attempt_id).state)
         if o.not_found:
             if state == sm.SUBMITTED:
                 await self._relaunch(fleet, o.attempt_id, now)
             elif state in (sm.PENDING, sm.RUNNING):
                 await self._end(o, now, lost=True)
-            return
+                return True
+            return False
         if o.state in (sm.PENDING, sm.RUNNING):
             self._ended_seen.pop(o.attempt_id, None)
             # SUBMITTED -> PENDING is the Launch's answer, not an observation's: an executor may
@@ -110,16 +130,21 @@ class Reconciler:
             if state == sm.SUBMITTED and o.state == sm.PENDING:
                 if o.node:
                     await self.ctx.db.run(lambda s: _note_node(s, o.attempt_id, o.node))
-                return
+                return False
             if o.state != state and state in sm.ACTIVE and sm.path_to(state, o.state):
                 job_id = await self.ctx.db.run(lambda s: self._advance(s, o))
                 self.ctx.notifier.notify(job_id)  # followers (WatchJob) see the transition now, not at their poll
-            return
+                return True
+            return False
         if o.state in (sm.SUCCEEDED, sm.FAILED, sm.STOPPED):
             first = self._ended_seen.setdefault(o.attempt_id, now)
             if now - first >= EXIT_GRACE_SECONDS:
                 await self._end(o, now, lost=False)
                 self._ended_seen.pop(o.attempt_id, None)
+                return True
+            # ended on the backend, its capsule may still report: look again soon (not backed off)
+            return first == now
+        return False
 
     def _advance(self, s: Session, o: ex.Observation) -> str:
         attempt = jobs.get_attempt(s, o.attempt_id, for_update=True)
@@ -218,16 +243,19 @@ class Reconciler:
             self.scheduler.spawn(self.stop_attempt(attempt_id, fleet))
 
     async def stop_attempt(self, attempt_id: str, fleet: str) -> None:
-        """Stop an attempt on its backend (once at a time per attempt)."""
-        if attempt_id in self._stopping:
+        """Stop an attempt on its backend: one call at a time per attempt, repeated (until the
+        attempt is seen ended) on the backoff.STOP schedule whatever the answer was."""
+        if attempt_id in self._stopping or not self._stops.due(attempt_id, time.time()):
             return
         self._stopping.add(attempt_id)
+        self._stops.tried(attempt_id, time.time())
         try:
             await self.ctx.executors.stop(fleet, attempt_id, self.ctx.cfg.stop_grace_seconds)
         except errors.StarforgeError as e:
             log.warning("stop of %s failed (will retry): %s", attempt_id, e.message)
         finally:
             self._stopping.discard(attempt_id)
+        self._observes.reset(attempt_id)  # its end is what the stop was for: look at once
         self.ctx.notifier.notify("reconcile")
 
     async def _cleanup(self) -> None:
@@ -274,7 +302,7 @@ def _stop_targets(s: Session) -> list[tuple[str, str]]:
     rows = s.execute(
         select(m.Attempt.id, m.Attempt.fleet)
         .join(m.Job, m.Job.id == m.Attempt.job_id)
-        .where(m.Job.desired.in_(("stop", "pause")), m.Attempt.state.in_(sm.ACTIVE))
+        .where(m.Job.desired.in_((sm.STOP, sm.PAUSE)), m.Attempt.state.in_(sm.ACTIVE))
     ).all()
     return [(r[0], r[1]) for r in rows]
 

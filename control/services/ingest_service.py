@@ -40,9 +40,9 @@ class _Stream:
 def _pending_signal(s: Session, attempt_id: str) -> int:
     attempt = jobs.get_attempt(s, attempt_id)
     job = jobs.get_job(s, attempt.job_id)
-    if attempt.state not in sm.ACTIVE or job.desired not in ("stop", "pause"):
+    if attempt.state not in sm.ACTIVE or job.desired not in (sm.STOP, sm.PAUSE):
         return pb.CONTROL_SIGNAL_UNSPECIFIED
-    return pb.CONTROL_SIGNAL_STOP if job.desired == "stop" else pb.CONTROL_SIGNAL_PAUSE
+    return pb.CONTROL_SIGNAL_STOP if job.desired == sm.STOP else pb.CONTROL_SIGNAL_PAUSE
 
 
 def _segments(records: list[pb.Record]) -> list[list[pb.Record]]:

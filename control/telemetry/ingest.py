@@ -294,8 +294,8 @@ def apply_records(
     flush()
     writer.close()
     out.acked_seq = cur.acked_seq
-    if job.desired in ("stop", "pause") and attempt.state in sm.ACTIVE:
-        out.signal = pb.CONTROL_SIGNAL_STOP if job.desired == "stop" else pb.CONTROL_SIGNAL_PAUSE
+    if job.desired in (sm.STOP, sm.PAUSE) and attempt.state in sm.ACTIVE:
+        out.signal = pb.CONTROL_SIGNAL_STOP if job.desired == sm.STOP else pb.CONTROL_SIGNAL_PAUSE
     return out
 
 

@@ -228,12 +228,56 @@ def test_stop_requested_ends_stopped_not_failed(db: Database) -> None:
     def go(s):  # type: ignore[no-untyped-def]
         j = f.job(s)
         a = f.attempt(s, j, to=sm.RUNNING)
-        j.desired = "stop"
+        jobs.request(s, j, sm.STOP)
         outcomes.finish_attempt(s, j, a, exit_code=143, signal=15)
         return j.state, a.state, j.desired
 
-    assert db.run_sync(go) == (sm.STOPPED, sm.STOPPED, "")
+    assert db.run_sync(go) == (sm.STOPPED, sm.STOPPED, sm.NO_REQUEST)
 
 
 def test_attempt_cause_values_exist() -> None:
     assert job_pb2.ATTEMPT_CAUSE_AUTO_RETRY != 0
+
+
+def _events(s, job_id):  # type: ignore[no-untyped-def]
+    return [
+        (e.from_state, e.to_state, e.attempt_only)
+        for e in s.scalars(select(m.JobEvent).where(m.JobEvent.job_id == job_id).order_by(m.JobEvent.seq))
+    ]
+
+
+def test_paused_while_its_launch_is_refused_never_ran(db: Database) -> None:
+    def go(s):  # type: ignore[no-untyped-def]
+        j = f.job(s)
+        a = f.attempt(s, j, to=sm.SUBMITTED)
+        jobs.request(s, j, sm.PAUSE)
+        outcomes.finish_attempt(s, j, a, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message="refused")
+        return j.state, j.started_at, a.started_at, _events(s, j.id)[-1]
+
+    assert db.run_sync(go) == (sm.PAUSED, None, None, (sm.SUBMITTED, sm.PAUSED, False))
+
+
+def test_a_stale_attempt_ending_is_an_event_of_its_own(db: Database) -> None:
+    def go(s):  # type: ignore[no-untyped-def]
+        j = f.job(s)
+        a = f.attempt(s, j, to=sm.RUNNING)
+        jobs.transition(s, j, sm.PAUSED, "paused without its attempt")  # the job moved on
+        jobs.transition(s, j, sm.QUEUED, "resumed")
+        jobs.advance(s, j, a, sm.STOPPED, "observed STOPPED")
+        return j.state, a.state, _events(s, j.id)[-1]
+
+    assert db.run_sync(go) == (sm.QUEUED, sm.STOPPED, (sm.RUNNING, sm.STOPPED, True))
+
+
+def test_a_stop_overrides_a_pause_never_the_reverse(db: Database) -> None:
+    def go(s):  # type: ignore[no-untyped-def]
+        j = f.job(s)
+        f.attempt(s, j, to=sm.RUNNING)
+        assert jobs.request(s, j, sm.PAUSE)
+        assert not jobs.request(s, j, sm.PAUSE)  # asked already: a no-op
+        assert jobs.request(s, j, sm.STOP)
+        with pytest.raises(errors.FailedPrecondition, match="being asked to stop"):
+            jobs.request(s, j, sm.PAUSE)
+        return j.desired
+
+    assert db.run_sync(go) == sm.STOP

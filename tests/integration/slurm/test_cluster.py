@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -9,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,13 +35,30 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
-def repo_run_dir() -> Iterator[pathlib.Path]:
-    """A run dir outside /tmp, so its mount point is a real directory in the cached chroot."""
-    path = REPO / "build" / f"slurm-test-{uuid.uuid4().hex[:8]}"
+@pytest.fixture(params=["checkout", "tmp"])
+def repo_run_dir(request: pytest.FixtureRequest) -> Iterator[pathlib.Path]:
+    """A run dir in the checkout, and one under the system's temporary directory (where a checkout
+    cloned there keeps it): its mount point is then made inside the cluster's private /tmp, which
+    the host never sees."""
+    base = REPO / "build" if request.param == "checkout" else pathlib.Path(tempfile.gettempdir())
+    path = base / f"slurm-test-{uuid.uuid4().hex[:8]}"
     yield path
     cluster.stop(path)  # a no-op when the test stopped it
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _seen_by_daemons(namespace: str, chroot: str, path: pathlib.Path) -> bool:
+    """Whether the cluster's chrooted daemons see `path` as the host's directory of that name.
+
+    Looked at through /proc/PID/root of a daemon, which resolves in the daemon's own mount
+    namespace: a mount point inside the cluster's private /tmp is invisible from the host's view
+    of the chroot.
+    """
+    for pid in procs.members_of(namespace):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/root") == chroot:
+                return os.path.samefile(f"/proc/{pid}/root{path}", path)
+    return False
 
 
 def test_cluster_comes_up_with_two_idle_nodes(slurm_cluster: ClusterInfo) -> None:
@@ -92,8 +111,10 @@ async def test_cli_start_and_stop_kill_everything_including_running_jobs(repo_ru
     namespace = record["namespace"]
     members = procs.members_of(namespace)
     assert len(members) > 5, "the daemons plus the job's slurmstepd and sleep"
+    assert _seen_by_daemons(namespace, info.chroot, repo_run_dir)
+    # the mount point as the host sees it (none when it was made in the cluster's private /tmp)
     mountpoint = pathlib.Path(info.chroot + str(repo_run_dir))
-    assert mountpoint.is_dir()
+    assert mountpoint.is_dir() == (not repo_run_dir.is_relative_to(tempfile.gettempdir()))
 
     stopped = cli("stop", str(repo_run_dir))
     assert stopped.returncode == 0, stopped.stderr

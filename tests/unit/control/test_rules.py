@@ -32,7 +32,9 @@ DESIGN = {
     (sm.STOPPED, sm.QUEUED),
 }
 EARLY_END = {(a, b) for a in (sm.QUEUED, sm.SUBMITTED, sm.PENDING) for b in (sm.STOPPED, sm.FAILED)} | {
-    (sm.PENDING, sm.PAUSED)
+    (sm.SUBMITTED, sm.PAUSED),
+    (sm.PENDING, sm.PAUSED),
+    (sm.PAUSED, sm.STOPPED),
 }
 
 
@@ -52,6 +54,39 @@ def test_succeeded_is_final() -> None:
 def test_path_goes_through_running() -> None:
     assert sm.path_to(sm.SUBMITTED, sm.SUCCEEDED) == [sm.PENDING, sm.RUNNING, sm.SUCCEEDED]
     assert sm.path_to(sm.PENDING, sm.FAILED) == [sm.FAILED]
+
+
+def test_path_never_invents_a_state() -> None:
+    # a job paused while its launch was refused never ran: no RUNNING on its way to PAUSED
+    assert sm.path_to(sm.SUBMITTED, sm.PAUSED) == [sm.PAUSED]
+    assert sm.path_to(sm.SUBMITTED, sm.STOPPED) == [sm.STOPPED]
+    # a resting job moves by one legal edge; an observation never implies a requeue
+    assert sm.path_to(sm.FAILED, sm.QUEUED) == [sm.QUEUED]
+    with pytest.raises(errors.FailedPrecondition):
+        sm.path_to(sm.FAILED, sm.RUNNING)
+    with pytest.raises(errors.FailedPrecondition):
+        sm.path_to(sm.QUEUED, sm.RUNNING)
+
+
+@pytest.mark.parametrize(("a", "b"), list(itertools.product(ALL, ALL)))
+def test_every_path_is_legal_and_shortest(a: int, b: int) -> None:
+    try:
+        path = sm.path_to(a, b)
+    except errors.FailedPrecondition:
+        return
+    steps = list(zip([a, *path], path, strict=False))
+    for x, y in steps:
+        sm.check(x, y)
+    assert all(x in sm.ACTIVE for x in path[:-1])
+    assert len(path) <= 3
+
+
+def test_desired_requests() -> None:
+    sm.check_request(sm.NO_REQUEST, sm.STOP)
+    sm.check_request(sm.NO_REQUEST, sm.PAUSE)
+    sm.check_request(sm.PAUSE, sm.STOP)
+    with pytest.raises(errors.FailedPrecondition, match="being asked to stop"):
+        sm.check_request(sm.STOP, sm.PAUSE)
 
 
 REG = control_config.DEFAULT_PROFILES

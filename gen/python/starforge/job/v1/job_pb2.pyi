@@ -149,7 +149,7 @@ class Diagnosis(_message.Message):
     def __init__(self, failure_class: _Optional[_Union[_job_state_pb2.FailureClass, str]] = ..., summary: _Optional[str] = ..., hint: _Optional[str] = ..., log_tail: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job_id", "attempt_id", "from_state", "to_state", "time", "reason", "sequence")
+    __slots__ = ("job_id", "attempt_id", "from_state", "to_state", "time", "reason", "sequence", "attempt_only")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_STATE_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class JobEvent(_message.Message):
     TIME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ONLY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     attempt_id: str
     from_state: _job_state_pb2.JobState
@@ -164,4 +165,5 @@ class JobEvent(_message.Message):
     time: _timestamp_pb2.Timestamp
     reason: str
     sequence: int
-    def __init__(self, job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., from_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+    attempt_only: bool
+    def __init__(self, job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., from_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., sequence: _Optional[int] = ..., attempt_only: _Optional[bool] = ...) -> None: ...

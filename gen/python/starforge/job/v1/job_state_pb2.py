@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n starforge/job/v1/job_state.proto\x12\x10starforge.job.v1*\xde\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x17\n\x13JOB_STATE_SUBMITTED\x10\x02\x12\x15\n\x11JOB_STATE_PENDING\x10\x03\x12\x15\n\x11JOB_STATE_RUNNING\x10\x04\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10JOB_STATE_FAILED\x10\x06\x12\x15\n\x11JOB_STATE_STOPPED\x10\x07\x12\x14\n\x10JOB_STATE_PAUSED\x10\x08*\xde\x01\n\nWaitReason\x12\x1b\n\x17WAIT_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14WAIT_REASON_PRIORITY\x10\x01\x12\x15\n\x11WAIT_REASON_QUOTA\x10\x02\x12\x18\n\x14WAIT_REASON_CAPACITY\x10\x03\x12\x16\n\x12WAIT_REASON_WINDOW\x10\x04\x12\x1a\n\x16WAIT_REASON_DEPENDENCY\x10\x05\x12\x15\n\x11WAIT_REASON_DRAIN\x10\x06\x12\x1d\n\x19WAIT_REASON_RETRY_BACKOFF\x10\x07*\x8b\x02\n\x0c\x46\x61ilureClass\x12\x1d\n\x19\x46\x41ILURE_CLASS_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x41ILURE_CLASS_USER_CODE\x10\x01\x12\x1f\n\x1b\x46\x41ILURE_CLASS_OUT_OF_MEMORY\x10\x02\x12\x17\n\x13\x46\x41ILURE_CLASS_IMAGE\x10\x03\x12\x16\n\x12\x46\x41ILURE_CLASS_DATA\x10\x04\x12\x1b\n\x17\x46\x41ILURE_CLASS_NODE_LOST\x10\x05\x12\x1a\n\x16\x46\x41ILURE_CLASS_PRECHECK\x10\x06\x12\x17\n\x13\x46\x41ILURE_CLASS_INFRA\x10\x07\x12\x1b\n\x17\x46\x41ILURE_CLASS_PREEMPTED\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n starforge/job/v1/job_state.proto\x12\x10starforge.job.v1*\xde\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x17\n\x13JOB_STATE_SUBMITTED\x10\x02\x12\x15\n\x11JOB_STATE_PENDING\x10\x03\x12\x15\n\x11JOB_STATE_RUNNING\x10\x04\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10JOB_STATE_FAILED\x10\x06\x12\x15\n\x11JOB_STATE_STOPPED\x10\x07\x12\x14\n\x10JOB_STATE_PAUSED\x10\x08*^\n\x0c\x44\x65siredState\x12\x1d\n\x19\x44\x45SIRED_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44\x45SIRED_STATE_STOP\x10\x01\x12\x17\n\x13\x44\x45SIRED_STATE_PAUSE\x10\x02*\xde\x01\n\nWaitReason\x12\x1b\n\x17WAIT_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14WAIT_REASON_PRIORITY\x10\x01\x12\x15\n\x11WAIT_REASON_QUOTA\x10\x02\x12\x18\n\x14WAIT_REASON_CAPACITY\x10\x03\x12\x16\n\x12WAIT_REASON_WINDOW\x10\x04\x12\x1a\n\x16WAIT_REASON_DEPENDENCY\x10\x05\x12\x15\n\x11WAIT_REASON_DRAIN\x10\x06\x12\x1d\n\x19WAIT_REASON_RETRY_BACKOFF\x10\x07*\x8b\x02\n\x0c\x46\x61ilureClass\x12\x1d\n\x19\x46\x41ILURE_CLASS_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x41ILURE_CLASS_USER_CODE\x10\x01\x12\x1f\n\x1b\x46\x41ILURE_CLASS_OUT_OF_MEMORY\x10\x02\x12\x17\n\x13\x46\x41ILURE_CLASS_IMAGE\x10\x03\x12\x16\n\x12\x46\x41ILURE_CLASS_DATA\x10\x04\x12\x1b\n\x17\x46\x41ILURE_CLASS_NODE_LOST\x10\x05\x12\x1a\n\x16\x46\x41ILURE_CLASS_PRECHECK\x10\x06\x12\x17\n\x13\x46\x41ILURE_CLASS_INFRA\x10\x07\x12\x1b\n\x17\x46\x41ILURE_CLASS_PREEMPTED\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBSTATE']._serialized_start=55
   _globals['_JOBSTATE']._serialized_end=277
-  _globals['_WAITREASON']._serialized_start=280
-  _globals['_WAITREASON']._serialized_end=502
-  _globals['_FAILURECLASS']._serialized_start=505
-  _globals['_FAILURECLASS']._serialized_end=772
+  _globals['_DESIREDSTATE']._serialized_start=279
+  _globals['_DESIREDSTATE']._serialized_end=373
+  _globals['_WAITREASON']._serialized_start=376
+  _globals['_WAITREASON']._serialized_end=598
+  _globals['_FAILURECLASS']._serialized_start=601
+  _globals['_FAILURECLASS']._serialized_end=868
 # @@protoc_insertion_point(module_scope)

@@ -16,6 +16,12 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_STOPPED: _ClassVar[JobState]
     JOB_STATE_PAUSED: _ClassVar[JobState]
 
+class DesiredState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DESIRED_STATE_UNSPECIFIED: _ClassVar[DesiredState]
+    DESIRED_STATE_STOP: _ClassVar[DesiredState]
+    DESIRED_STATE_PAUSE: _ClassVar[DesiredState]
+
 class WaitReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     WAIT_REASON_UNSPECIFIED: _ClassVar[WaitReason]
@@ -47,6 +53,9 @@ JOB_STATE_SUCCEEDED: JobState
 JOB_STATE_FAILED: JobState
 JOB_STATE_STOPPED: JobState
 JOB_STATE_PAUSED: JobState
+DESIRED_STATE_UNSPECIFIED: DesiredState
+DESIRED_STATE_STOP: DesiredState
+DESIRED_STATE_PAUSE: DesiredState
 WAIT_REASON_UNSPECIFIED: WaitReason
 WAIT_REASON_PRIORITY: WaitReason
 WAIT_REASON_QUOTA: WaitReason

@@ -37,7 +37,8 @@ export type SubmitJobRequest = Message<"starforge.control.v1.SubmitJobRequest"> 
 
   /**
    * Client-chosen key; a second SubmitJob with the same key and user returns the first job
-   * instead of queueing another (safe retries of a submit whose response was lost).
+   * instead of queueing another (safe retries of a submit whose response was lost), also when
+   * the retries race: the ledger holds at most one job per (user, request_id).
    *
    * @generated from field: string request_id = 2;
    */

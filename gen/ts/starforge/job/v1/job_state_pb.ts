@@ -9,7 +9,7 @@ import { enumDesc, fileDesc } from "@bufbuild/protobuf/codegenv2";
  * Describes the file starforge/job/v1/job_state.proto.
  */
 export const file_starforge_job_v1_job_state: GenFile = /*@__PURE__*/
-  fileDesc("CiBzdGFyZm9yZ2Uvam9iL3YxL2pvYl9zdGF0ZS5wcm90bxIQc3RhcmZvcmdlLmpvYi52MSreAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1NUQVRFX1FVRVVFRBABEhcKE0pPQl9TVEFURV9TVUJNSVRURUQQAhIVChFKT0JfU1RBVEVfUEVORElORxADEhUKEUpPQl9TVEFURV9SVU5OSU5HEAQSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAFEhQKEEpPQl9TVEFURV9GQUlMRUQQBhIVChFKT0JfU1RBVEVfU1RPUFBFRBAHEhQKEEpPQl9TVEFURV9QQVVTRUQQCCreAQoKV2FpdFJlYXNvbhIbChdXQUlUX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFFdBSVRfUkVBU09OX1BSSU9SSVRZEAESFQoRV0FJVF9SRUFTT05fUVVPVEEQAhIYChRXQUlUX1JFQVNPTl9DQVBBQ0lUWRADEhYKEldBSVRfUkVBU09OX1dJTkRPVxAEEhoKFldBSVRfUkVBU09OX0RFUEVOREVOQ1kQBRIVChFXQUlUX1JFQVNPTl9EUkFJThAGEh0KGVdBSVRfUkVBU09OX1JFVFJZX0JBQ0tPRkYQByqLAgoMRmFpbHVyZUNsYXNzEh0KGUZBSUxVUkVfQ0xBU1NfVU5TUEVDSUZJRUQQABIbChdGQUlMVVJFX0NMQVNTX1VTRVJfQ09ERRABEh8KG0ZBSUxVUkVfQ0xBU1NfT1VUX09GX01FTU9SWRACEhcKE0ZBSUxVUkVfQ0xBU1NfSU1BR0UQAxIWChJGQUlMVVJFX0NMQVNTX0RBVEEQBBIbChdGQUlMVVJFX0NMQVNTX05PREVfTE9TVBAFEhoKFkZBSUxVUkVfQ0xBU1NfUFJFQ0hFQ0sQBhIXChNGQUlMVVJFX0NMQVNTX0lORlJBEAcSGwoXRkFJTFVSRV9DTEFTU19QUkVFTVBURUQQCGIGcHJvdG8z");
+  fileDesc("CiBzdGFyZm9yZ2Uvam9iL3YxL2pvYl9zdGF0ZS5wcm90bxIQc3RhcmZvcmdlLmpvYi52MSreAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1NUQVRFX1FVRVVFRBABEhcKE0pPQl9TVEFURV9TVUJNSVRURUQQAhIVChFKT0JfU1RBVEVfUEVORElORxADEhUKEUpPQl9TVEFURV9SVU5OSU5HEAQSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAFEhQKEEpPQl9TVEFURV9GQUlMRUQQBhIVChFKT0JfU1RBVEVfU1RPUFBFRBAHEhQKEEpPQl9TVEFURV9QQVVTRUQQCCpeCgxEZXNpcmVkU3RhdGUSHQoZREVTSVJFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkRFU0lSRURfU1RBVEVfU1RPUBABEhcKE0RFU0lSRURfU1RBVEVfUEFVU0UQAireAQoKV2FpdFJlYXNvbhIbChdXQUlUX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFFdBSVRfUkVBU09OX1BSSU9SSVRZEAESFQoRV0FJVF9SRUFTT05fUVVPVEEQAhIYChRXQUlUX1JFQVNPTl9DQVBBQ0lUWRADEhYKEldBSVRfUkVBU09OX1dJTkRPVxAEEhoKFldBSVRfUkVBU09OX0RFUEVOREVOQ1kQBRIVChFXQUlUX1JFQVNPTl9EUkFJThAGEh0KGVdBSVRfUkVBU09OX1JFVFJZX0JBQ0tPRkYQByqLAgoMRmFpbHVyZUNsYXNzEh0KGUZBSUxVUkVfQ0xBU1NfVU5TUEVDSUZJRUQQABIbChdGQUlMVVJFX0NMQVNTX1VTRVJfQ09ERRABEh8KG0ZBSUxVUkVfQ0xBU1NfT1VUX09GX01FTU9SWRACEhcKE0ZBSUxVUkVfQ0xBU1NfSU1BR0UQAxIWChJGQUlMVVJFX0NMQVNTX0RBVEEQBBIbChdGQUlMVVJFX0NMQVNTX05PREVfTE9TVBAFEhoKFkZBSUxVUkVfQ0xBU1NfUFJFQ0hFQ0sQBhIXChNGQUlMVVJFX0NMQVNTX0lORlJBEAcSGwoXRkFJTFVSRV9DTEFTU19QUkVFTVBURUQQCGIGcHJvdG8z");
 
 /**
  * JobState is the ledger state of a job (and of each of its attempts). It is StarForge's own
@@ -19,7 +19,9 @@ export const file_starforge_job_v1_job_state: GenFile = /*@__PURE__*/
  *   QUEUED -> SUBMITTED (dequeued) -> PENDING (launch returned) -> RUNNING (container up)
  *   RUNNING -> SUCCEEDED | FAILED | STOPPED | PAUSED
  *   PAUSED -> QUEUED (resume), FAILED -> QUEUED (retry), STOPPED -> QUEUED (resume)
- * QUEUED/SUBMITTED/PENDING may also go to STOPPED (stopped before it ran) or FAILED (launch failed).
+ * QUEUED/SUBMITTED/PENDING may also go to STOPPED (stopped before it ran) or FAILED (launch failed),
+ * and SUBMITTED/PENDING to PAUSED (paused, e.g. by a drain, before it started); a PAUSED job may be
+ * STOPPED (the user gives up on resuming it).
  *
  * @generated from enum starforge.job.v1.JobState
  */
@@ -95,6 +97,43 @@ export const JobStateSchema: GenEnum<JobState> = /*@__PURE__*/
   enumDesc(file_starforge_job_v1_job_state, 0);
 
 /**
+ * DesiredState is what a user or the platform asked of a job that still holds an attempt. The
+ * ledger moves the job there once the backend confirms the attempt ended; it is cleared when the job
+ * rests (QUEUED, PAUSED or a terminal state). Legal requests (control/ledger/state_machine.py):
+ *   UNSPECIFIED -> STOP | PAUSE, PAUSE -> STOP (a stop overrides a pause; a pause never overrides a stop)
+ *
+ * @generated from enum starforge.job.v1.DesiredState
+ */
+export enum DesiredState {
+  /**
+   * Nothing asked: the job follows its course.
+   *
+   * @generated from enum value: DESIRED_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Stop the attempt; the job ends STOPPED (resumable).
+   *
+   * @generated from enum value: DESIRED_STATE_STOP = 1;
+   */
+  STOP = 1,
+
+  /**
+   * Pause the attempt; the job ends PAUSED (GPUs released, checkpoint kept).
+   *
+   * @generated from enum value: DESIRED_STATE_PAUSE = 2;
+   */
+  PAUSE = 2,
+}
+
+/**
+ * Describes the enum starforge.job.v1.DesiredState.
+ */
+export const DesiredStateSchema: GenEnum<DesiredState> = /*@__PURE__*/
+  enumDesc(file_starforge_job_v1_job_state, 1);
+
+/**
  * WaitReason says why a QUEUED job is not running yet.
  *
  * @generated from enum starforge.job.v1.WaitReason
@@ -161,7 +200,7 @@ export enum WaitReason {
  * Describes the enum starforge.job.v1.WaitReason.
  */
 export const WaitReasonSchema: GenEnum<WaitReason> = /*@__PURE__*/
-  enumDesc(file_starforge_job_v1_job_state, 1);
+  enumDesc(file_starforge_job_v1_job_state, 2);
 
 /**
  * FailureClass classifies why an attempt failed, for the diagnosis shown to users and for
@@ -238,5 +277,5 @@ export enum FailureClass {
  * Describes the enum starforge.job.v1.FailureClass.
  */
 export const FailureClassSchema: GenEnum<FailureClass> = /*@__PURE__*/
-  enumDesc(file_starforge_job_v1_job_state, 2);
+  enumDesc(file_starforge_job_v1_job_state, 3);
 

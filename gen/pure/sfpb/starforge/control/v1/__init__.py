@@ -1626,7 +1626,8 @@ class SubmitJobRequest(betterproto2.Message):
     request_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
     """
     Client-chosen key; a second SubmitJob with the same key and user returns the first job
-    instead of queueing another (safe retries of a submit whose response was lost).
+    instead of queueing another (safe retries of a submit whose response was lost), also when
+    the retries race: the ledger holds at most one job per (user, request_id).
     """
 
     dry_run: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)

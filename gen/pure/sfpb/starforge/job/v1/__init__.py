@@ -8,6 +8,7 @@ __all__ = (
     "AttemptCause",
     "DataRef",
     "DatasetMount",
+    "DesiredState",
     "Diagnosis",
     "FailureClass",
     "Job",
@@ -94,6 +95,46 @@ class AttemptCause(betterproto2.Enum):
             "ATTEMPT_CAUSE_AUTO_RETRY": 2,
             "ATTEMPT_CAUSE_USER_RETRY": 3,
             "ATTEMPT_CAUSE_RESUME": 4,
+        }
+
+
+class DesiredState(betterproto2.Enum):
+    """
+    DesiredState is what a user or the platform asked of a job that still holds an attempt. The
+    ledger moves the job there once the backend confirms the attempt ended; it is cleared when the job
+    rests (QUEUED, PAUSED or a terminal state). Legal requests (control/ledger/state_machine.py):
+      UNSPECIFIED -> STOP | PAUSE, PAUSE -> STOP (a stop overrides a pause; a pause never overrides a stop)
+    """
+
+    UNSPECIFIED = 0
+    """
+    Nothing asked: the job follows its course.
+    """
+
+    STOP = 1
+    """
+    Stop the attempt; the job ends STOPPED (resumable).
+    """
+
+    PAUSE = 2
+    """
+    Pause the attempt; the job ends PAUSED (GPUs released, checkpoint kept).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "DESIRED_STATE_UNSPECIFIED",
+            1: "DESIRED_STATE_STOP",
+            2: "DESIRED_STATE_PAUSE",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "DESIRED_STATE_UNSPECIFIED": 0,
+            "DESIRED_STATE_STOP": 1,
+            "DESIRED_STATE_PAUSE": 2,
         }
 
 
@@ -186,7 +227,9 @@ class JobState(betterproto2.Enum):
       QUEUED -> SUBMITTED (dequeued) -> PENDING (launch returned) -> RUNNING (container up)
       RUNNING -> SUCCEEDED | FAILED | STOPPED | PAUSED
       PAUSED -> QUEUED (resume), FAILED -> QUEUED (retry), STOPPED -> QUEUED (resume)
-    QUEUED/SUBMITTED/PENDING may also go to STOPPED (stopped before it ran) or FAILED (launch failed).
+    QUEUED/SUBMITTED/PENDING may also go to STOPPED (stopped before it ran) or FAILED (launch failed),
+    and SUBMITTED/PENDING to PAUSED (paused, e.g. by a drain, before it started); a PAUSED job may be
+    STOPPED (the user gives up on resuming it).
     """
 
     UNSPECIFIED = 0
@@ -843,6 +886,13 @@ class JobEvent(betterproto2.Message):
     sequence: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
     """
     Per-job event sequence number, increasing by one.
+    """
+
+    attempt_only: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    True when only the attempt changed state: an attempt that was no longer the job's current one
+    (the job had moved on) ended late. The job's own state did not change; from_state and
+    to_state are the attempt's.
     """
 
 

@@ -1,0 +1,57 @@
+"""Idempotent submission over the real gRPC API, on SQLite and PostgreSQL: racing retries of one
+SubmitJob (same request id) queue one job, and every retry gets that job back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+
+from sqlalchemy import func, select
+from starforge.control.v1 import control_service_pb2 as ctl
+from starforge.job.v1 import job_spec_pb2
+
+from control.db import models as m
+from control.db.engine import Database
+from tests.integration.console import console
+
+RETRIES = 32
+
+
+def _count_jobs(db_url: str, request_id: str) -> tuple[int, int]:
+    db = Database(db_url)
+    try:
+        return db.run_sync(
+            lambda s: (
+                int(s.scalar(select(func.count()).select_from(m.Job).where(m.Job.request_id == request_id)) or 0),
+                int(s.scalar(select(func.count()).select_from(m.Job)) or 0),
+            )
+        )
+    finally:
+        db.close()
+
+
+async def test_concurrent_retries_of_one_submission_queue_one_job(tmp_path: pathlib.Path, db_url: str) -> None:
+    async with console(tmp_path, database_url=db_url) as c:
+        manifest = await c.upload({"experiments/exp/train.sh": b"true\n"}, {"experiments/exp/train.sh"})
+        spec = job_spec_pb2.JobSpec(
+            api_version="forge/v2",
+            project="@admin/lab",
+            experiment="exp",
+            method="custom/custom",
+            recipe_lock=await c.lock(),
+            config_json=json.dumps({"image": "host", "observability": "platform"}),
+            workspace=manifest,
+        )
+        request = ctl.SubmitJobRequest(spec=spec, request_id="retry-me-0001")
+        answers = await asyncio.gather(*(c.jobs.SubmitJob(request, metadata=c.md) for _ in range(RETRIES)))
+        ids = {a.job.job_id for a in answers}
+        assert len(ids) == 1, ids
+        (job_id,) = ids
+        # a later retry, after the race, still gets the same job
+        again = await c.jobs.SubmitJob(request, metadata=c.md)
+        assert again.job.job_id == job_id
+        # a different request id is a different job
+        other = await c.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec, request_id="another-0002"), metadata=c.md)
+        assert other.job.job_id != job_id
+    assert _count_jobs(db_url, "retry-me-0001") == (1, 2)
