@@ -26,7 +26,7 @@ LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
 @dataclasses.dataclass(frozen=True)
 class TlsConfig:
-    """The `tls:` section of a component's configuration (docs/security.d/tls.md)."""
+    """The `tls:` section of a component's configuration (docs/security.md)."""
 
     # PEM certificate chain and private key this component serves with; both or neither.
     cert_file: str = ""

@@ -130,9 +130,9 @@ class ControlConfig:
     # Previous keys, to rotate: rows sealed with one are re-sealed with secrets_key_file at start.
     secrets_old_key_files: list[pathlib.Path] = field(default_factory=list)
     log_level: str = "info"
-    # TLS of the gRPC, HTTP and UI ports and of the channels to executors (docs/security.d/tls.md).
+    # TLS of the gRPC, HTTP and UI ports and of the channels to executors (docs/security.md).
     tls: TlsConfig = field(default_factory=TlsConfig)
-    # Bounded work per input (docs/security.d/limits.md). A log line longer than this many bytes
+    # Bounded work per input (docs/security.md). A log line longer than this many bytes
     # is stored cut, with a marker saying how many bytes were dropped.
     max_log_line_bytes: int = 16384
     # Log bytes one job may store (all attempts); later lines are dropped after one marker line.

@@ -3,7 +3,7 @@
 They are `control.envoy.render` (the same config the embedded console runs) with the control
 plane's service DNS names instead of loopback addresses (render makes those clusters STRICT_DNS).
 envoy-tls.yaml serves TLS on the front door and speaks TLS to a control plane that serves TLS,
-with the certificate, key and CA mounted under /etc/starforge/tls (docs/security.d/tls.md).
+with the certificate, key and CA mounted under /etc/starforge/tls (docs/security.md).
 
     python -m deploy.envoy_config          # rewrite both files
     python -m deploy.envoy_config --check  # exit 1 when one is stale (a test runs this)
@@ -40,7 +40,7 @@ HEADER = """\
 """
 TLS_HEADER = """\
 # TLS variant: the front door serves /etc/starforge/tls/tls.crt (+ tls.key) and envoy verifies the
-# control plane's TLS ports with /etc/starforge/tls/ca.crt (docs/security.d/tls.md).
+# control plane's TLS ports with /etc/starforge/tls/ca.crt (docs/security.md).
 """
 
 

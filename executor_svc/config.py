@@ -50,7 +50,7 @@ class ServiceConfig:
     log_level: str = "info"
     # Seconds in-flight calls get to finish after SIGTERM.
     shutdown_grace_seconds: float = 5.0
-    # TLS (and mutual TLS with tls.client_ca_file) of the served port (docs/security.d/tls.md).
+    # TLS (and mutual TLS with tls.client_ca_file) of the served port (docs/security.md).
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:

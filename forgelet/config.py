@@ -96,7 +96,7 @@ class ForgeletConfig:
     shutdown_grace_seconds: float = 5.0
     log_level: str = "info"
     # TLS of ForgeletService (mutual with tls.client_ca_file: the agent executor's certificate)
-    # and of the channel to the control plane (tls.ca_file); docs/security.d/tls.md.
+    # and of the channel to the control plane (tls.ca_file); docs/security.md.
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
