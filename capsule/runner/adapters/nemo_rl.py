@@ -13,13 +13,19 @@ by itself) and, when the flags are given, the model and data paths.
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 from ..errors import PrecheckError
 from . import hydra, inputs
 from .base import AdapterContext, CommandSpec
 from .logparse import NemoRlLogParser
 
-SCRIPTS = {"sft": "examples/run_sft.py", "grpo": "examples/run_grpo_math.py"}
+# The run scripts of NeMo-RL's examples/ (checked against the pinned upstream tree by
+# recipes/frameworks/nemo-rl/<version>/, see tests/unit/recipes/test_framework_configs.py).
+SCRIPTS = {"sft": "examples/run_sft.py", "grpo": "examples/run_grpo.py"}
+# NeMo-RL's dataset class for a JSONL file of input/output records; the base configs name a
+# built-in dataset instead, so --train-data / --validation-data switch it.
+RESPONSE_DATASET = "ResponseDataset"
 HOME_VARIABLE = "NEMO_RL_HOME"
 DEFAULT_HOME = "/opt/nemo-rl"
 BASE_CONFIG_KEY = "base_config"
@@ -45,6 +51,24 @@ def _base_config(ctx: AdapterContext, home: pathlib.Path, value: str) -> str:
     if not path.is_file():
         raise PrecheckError(f"base_config {value}: not in the NeMo-RL checkout ({home}) nor in the packed lab")
     return value
+
+
+def _data_overrides(ctx: AdapterContext, config: dict[str, Any]) -> list[str]:
+    """--train-data / --validation-data as NeMo-RL ResponseDatasets.
+
+    ``data_path`` is not a key of the base configs (only their comments show it), so it is
+    force-added (``++``); ``data.validation`` is null in the GRPO configs, which ``++`` replaces.
+    """
+    out = []
+    train = inputs.train_data(ctx, required=False)
+    if train:
+        config["data.train.dataset_name"] = RESPONSE_DATASET
+        out.append("++" + hydra.override("data.train.data_path", train))
+    validation = inputs.validation_data(ctx)
+    if validation:
+        out.append("++" + hydra.override("data.validation.dataset_name", RESPONSE_DATASET))
+        out.append("++" + hydra.override("data.validation.data_path", validation))
+    return out
 
 
 class NemoRlAdapter:
@@ -79,12 +103,7 @@ class NemoRlAdapter:
             hydra.override("checkpointing.checkpoint_dir", str(inputs.out_dir(ctx) / "checkpoints")),
             hydra.override("logger.log_dir", str(inputs.out_dir(ctx) / "logs")),
         ]
-        train = inputs.train_data(ctx, required=False)
-        if train:
-            out.append(hydra.override("data.train.data_path", train))
-        validation = inputs.validation_data(ctx)
-        if validation:
-            out.append(hydra.override("data.validation.data_path", validation))
+        out.extend(_data_overrides(ctx, config))
         for key, value in config.items():
             if value is not None and value != "":
                 out.append(hydra.override(key, value))
