@@ -13,10 +13,11 @@ by itself) and, when the flags are given, the model and data paths.
 from __future__ import annotations
 
 import pathlib
+import re
 from typing import Any
 
 from ..errors import PrecheckError
-from . import hydra, inputs
+from . import hydra, inputs, stages
 from .base import AdapterContext, CommandSpec
 from .logparse import NemoRlLogParser
 
@@ -29,6 +30,7 @@ RESPONSE_DATASET = "ResponseDataset"
 HOME_VARIABLE = "NEMO_RL_HOME"
 DEFAULT_HOME = "/opt/nemo-rl"
 BASE_CONFIG_KEY = "base_config"
+STEP_DIR_RE = re.compile(r"^step_(\d+)$")
 ALIASES = {"grpo.kl_coef": "loss_fn.reference_policy_kl_penalty"}
 OWNED = frozenset(
     {
@@ -40,6 +42,11 @@ OWNED = frozenset(
         "data.validation.data_path",
     }
 )
+
+
+def latest_checkpoint(checkpoints: pathlib.Path) -> tuple[pathlib.Path, int] | None:
+    """NeMo-RL's step_<n> checkpoint folder with the highest n."""
+    return stages.latest_numbered(checkpoints, STEP_DIR_RE)
 
 
 def _base_config(ctx: AdapterContext, home: pathlib.Path, value: str) -> str:
@@ -80,6 +87,8 @@ class NemoRlAdapter:
         if script is None:
             raise PrecheckError(f"the nemo-rl adapter runs nemo-rl/{', nemo-rl/'.join(SCRIPTS)}; got {ctx.run.method}")
         home = pathlib.Path(ctx.environ.get(HOME_VARIABLE) or DEFAULT_HOME)
+        if stages.is_stage(ctx):
+            return stages.command(ctx, latest_checkpoint, home)
         if not (home / script).is_file():
             raise PrecheckError(
                 f"{home / script} not found: {ctx.run.method} runs NeMo-RL's script from its checkout "
