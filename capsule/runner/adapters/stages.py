@@ -68,15 +68,16 @@ def command(ctx: AdapterContext, find_checkpoint: CheckpointFinder, cwd: pathlib
         raise PrecheckError(f"the {ctx.run.stage} stage's command {template!r} does not parse: {exc}") from None
     out = inputs.out_dir(ctx)
     values = {"out_dir": str(out), "export_dir": str(out / EXPORT_DIR)}
-    step = 0
+    # Metrics of a stage are reported at the step of the checkpoint it comes from.
+    found = find_checkpoint(out / "checkpoints")
+    step = found[1] if found is not None else 0
     if "checkpoint" in names:
-        found = find_checkpoint(out / "checkpoints")
         if found is None:
             raise PrecheckError(
                 f"the {ctx.run.stage} stage of {ctx.run.method} needs a checkpoint in FORGE_OUT_DIR/checkpoints "
                 "and the training job left none (did it save one? see its save settings)"
             )
-        values["checkpoint"], step = str(found[0]), found[1]
+        values["checkpoint"] = str(found[0])
     if "validation_data" in names:
         values["validation_data"] = inputs.validation_data(ctx)
         if not values["validation_data"]:
