@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev,ml]'
+	# verl only for its Hydra config tree (tests/unit/recipes/test_framework_configs.py): without
+	# its dependencies (ray, vllm, ...), which the tests never import.
+	$(BIN)/pip install --quiet --no-deps -c requirements.lock verl
 	$(BIN)/python tools/install_pth.py
 	touch $@
 

@@ -107,8 +107,8 @@ try:
     doc = json.loads(raw.decode("utf-8"))
 except ValueError as exc:
     fail("capsule/capsule.json: not valid JSON (%s)" % exc)
-if not isinstance(doc, dict) or doc.get("schema") != "starforge.capsule/v1":
-    fail("capsule/capsule.json: schema is not starforge.capsule/v1")
+if not isinstance(doc, dict) or doc.get("schema") != "starforge.capsule/v2":
+    fail("capsule/capsule.json: schema is not starforge.capsule/v2")
 files = doc.get("files")
 if not isinstance(files, list):
     fail("capsule/capsule.json: files is not a list")

@@ -1,8 +1,10 @@
-"""capsule.json (schema starforge.capsule/v1) and the capsule directory, per docs/ARCHITECTURE.md.
+"""capsule.json (schema starforge.capsule/v2) and the capsule directory, per docs/ARCHITECTURE.md.
 
-The control plane's assembly calls ``capsule_json`` for each attempt and passes the sha256 of the
-returned bytes to the executor as ``capsule_digest`` (FORGE_CAPSULE_SHA256); bootstrap.sh refuses to
-start on any difference. Standard library only, so every layer may import it.
+capsule.json is the contract's ``starforge.executor.v1.CapsuleManifest`` in protobuf's JSON mapping
+(proto field names, every field printed); the runner reads it with the generated pure-Python code,
+so the two sides cannot drift. The control plane's assembly calls ``capsule_json`` for each attempt
+and passes the sha256 of the returned bytes to the executor as ``capsule_digest``
+(FORGE_CAPSULE_SHA256); bootstrap.sh refuses to start on any difference.
 
     files = capsule_files_from_manifest(json.loads(pathlib.Path("build/capsule/manifest.json").read_bytes()))
     data = capsule_json(job_id=..., attempt_id=..., attempt_number=1, runner=runner_from_manifest(m),
@@ -22,7 +24,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA = "starforge.capsule/v1"
+from google.protobuf import json_format
+from starforge.executor.v1 import capsule_pb2
+
+SCHEMA = "starforge.capsule/v2"
+STAGES = {
+    "": capsule_pb2.CAPSULE_STAGE_TRAIN,
+    "train": capsule_pb2.CAPSULE_STAGE_TRAIN,
+    "export": capsule_pb2.CAPSULE_STAGE_EXPORT,
+    "eval": capsule_pb2.CAPSULE_STAGE_EVAL,
+}
 CAPSULE_JSON = "capsule.json"
 RUNNER_RE = re.compile(r"^runner-[0-9a-f]{16}\.pex$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -61,7 +72,7 @@ class RunInfo:
     train_data: str = ""
     validation_data: str = ""
     pools: Sequence[PoolInfo] = ()
-    # Pipeline stage this job runs ("export", "eval"); empty for training.
+    # Pipeline stage this job runs ("train", "export", "eval"); empty means training.
     stage: str = ""
 
 
@@ -74,13 +85,34 @@ def check_path(path: str) -> str:
     return path
 
 
-def _entry(root: str, f: FileEntry) -> dict[str, Any]:
+def _entry(root: str, f: FileEntry) -> capsule_pb2.CapsuleFile:
     check_path(f.path)
     if not SHA256_RE.match(f.sha256):
         raise ValueError(f"{root}/{f.path}: sha256 must be 64 lowercase hex digits, got {f.sha256!r}")
     if f.size < 0:
         raise ValueError(f"{root}/{f.path}: size must be >= 0")
-    return {"root": root, "path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable}
+    return capsule_pb2.CapsuleFile(root=root, path=f.path, sha256=f.sha256, size=f.size, executable=f.executable)
+
+
+def _run(run: RunInfo) -> capsule_pb2.CapsuleRun:
+    if run.stage not in STAGES:
+        raise ValueError(f"stage {run.stage!r} is not one of train, export, eval")
+    return capsule_pb2.CapsuleRun(
+        method=run.method,
+        adapter=run.adapter,
+        experiment=run.experiment,
+        entrypoint=run.entrypoint,
+        config_json=json.dumps(dict(run.config), ensure_ascii=False, allow_nan=False, sort_keys=False),
+        observability=run.observability,
+        model=run.model,
+        train_data=run.train_data,
+        validation_data=run.validation_data,
+        pools=[
+            capsule_pb2.CapsulePool(name=p.name, series=p.series, nodes=p.nodes, gpus_per_node=p.gpus_per_node)
+            for p in run.pools
+        ],
+        stage=STAGES[run.stage],
+    )
 
 
 def capsule_json(
@@ -111,32 +143,19 @@ def capsule_json(
         paths = [f.path for f in group]
         if len(set(paths)) != len(paths):
             raise ValueError(f"{label} files list a path twice")
-    doc = {
-        "schema": SCHEMA,
-        "job_id": job_id,
-        "attempt_id": attempt_id,
-        "attempt_number": attempt_number,
-        "runner": runner,
-        "files": [_entry("capsule", f) for f in capsule] + [_entry("workspace", f) for f in workspace],
-        "run": {
-            "method": run.method,
-            "adapter": run.adapter,
-            "experiment": run.experiment,
-            "entrypoint": run.entrypoint,
-            "config": dict(run.config),
-            "observability": run.observability,
-            "model": run.model,
-            "train_data": run.train_data,
-            "validation_data": run.validation_data,
-            "pools": [
-                {"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node}
-                for p in run.pools
-            ],
-        },
-    }
-    if run.stage:
-        doc["run"]["stage"] = run.stage  # type: ignore[index]
-    return (json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    manifest = capsule_pb2.CapsuleManifest(
+        schema=SCHEMA,
+        job_id=job_id,
+        attempt_id=attempt_id,
+        attempt_number=attempt_number,
+        runner=runner,
+        files=[_entry("capsule", f) for f in capsule] + [_entry("workspace", f) for f in workspace],
+        run=_run(run),
+    )
+    text = json_format.MessageToJson(
+        manifest, preserving_proto_field_name=True, always_print_fields_with_no_presence=True, indent=2
+    )
+    return (text + "\n").encode("utf-8")
 
 
 # -- the built capsule (build/capsule/manifest.json) ---------------------------------------------

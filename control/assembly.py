@@ -85,10 +85,13 @@ def capsule_json(
 
 
 def entrypoint(recipe: RecipeDecl, experiment: str, stage: str = "") -> str:
-    """What the capsule runs: the recipe's entrypoint, or for a custom/custom pipeline stage
-    experiments/<exp>/<stage>.sh (catalog methods run their stages through their adapters)."""
+    """What the capsule runs: the recipe's entrypoint; for a pipeline stage, the stage's command
+    from the recipe (stage_commands, whose placeholders the runner's adapter fills in), or for
+    custom/custom experiments/<exp>/<stage>.sh."""
     if stage and recipe.adapter == "custom":
         return f"experiments/{experiment}/{stage}.sh"
+    if stage:
+        return recipe.stage_commands[stage]
     return recipe.entrypoint.format(experiment=experiment)
 
 

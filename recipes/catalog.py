@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import pathlib
+import shlex
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +69,10 @@ class RecipeDecl:
     default_profile: str = ""
     default_observability: str = "platform"
     stages: list[str] = field(default_factory=list)
+    # The command each stage runs (catalog methods; custom/custom runs experiments/<exp>/<stage>.sh).
+    # One line split like a shell would, each word's {placeholders} filled in by the runner's
+    # adapter (STAGE_PLACEHOLDERS); it reaches the runner as capsule.json run.entrypoint.
+    stage_commands: dict[str, str] = field(default_factory=dict)
     # The parameter holding the global batch size (samples per optimizer step across all ranks):
     # admission refuses a value that the data-parallel size does not divide.
     global_batch_key: str = ""
@@ -123,6 +129,33 @@ def _validate(decl: RecipeDecl, path: pathlib.Path) -> None:
     for p in decl.parameters:
         _check_parameter(p, keys, where)
     _check_pools(decl, where)
+    _check_stages(decl, where)
+
+
+# What a stage command may name (filled in by capsule/runner/adapters/stages.py).
+STAGE_PLACEHOLDERS = frozenset({"checkpoint", "export_dir", "model", "validation_data", "stage_script", "out_dir"})
+
+
+def _check_stages(decl: RecipeDecl, where: str) -> None:
+    """Every stage of a catalog method has a command naming only known placeholders."""
+    if decl.adapter == "custom":
+        if decl.stage_commands:
+            raise ConfigError(f"{where}: custom/custom stages run experiments/<exp>/<stage>.sh, not stage_commands")
+        return
+    if set(decl.stage_commands) != set(decl.stages):
+        raise ConfigError(f"{where}: stage_commands must define exactly the stages {decl.stages}")
+    for stage, command in decl.stage_commands.items():
+        try:
+            words = shlex.split(command)
+            names = {name for word in words for _, name, _, _ in string.Formatter().parse(word) if name is not None}
+        except ValueError as exc:
+            raise ConfigError(f"{where}: stage_commands.{stage}: {exc}") from None
+        unknown = names - STAGE_PLACEHOLDERS
+        if not words or unknown:
+            raise ConfigError(
+                f"{where}: stage_commands.{stage} names {sorted(unknown) or 'nothing'}; "
+                f"placeholders are {', '.join(sorted(STAGE_PLACEHOLDERS))}"
+            )
 
 
 def _check_parameter(p: ParameterDecl, keys: list[str], where: str) -> None:

@@ -16,6 +16,7 @@ from starforge.control.v1 import error_reason_pb2
 from starforge.job.v1 import job_spec_pb2
 
 from common import errors
+from recipes import framework_keys
 from recipes.catalog import ParameterDecl, RecipeDecl
 
 # Top-level config.yaml keys that belong to the platform, not to the method.
@@ -48,6 +49,8 @@ def parse_value(p: ParameterDecl, raw: str, *, source: str = "-s") -> Any:
             value = low in TRUE
         elif t == "string_list":
             value = [v.strip() for v in raw.split(",") if v.strip()]
+        elif t == "any":
+            value = _loose(raw)
         else:
             value = raw
     except ValueError:
@@ -113,20 +116,76 @@ def suggestion(key: str, valid: Sequence[str]) -> str:
     return f"; valid keys: {', '.join(sorted(valid)[:12])}" if valid else "; this method has no parameters"
 
 
+def _framework(
+    recipe: RecipeDecl, flat_config: dict[str, Any], overrides: Sequence[job_spec_pb2.Override]
+) -> tuple[str, dict[str, Any]]:
+    """(what the keys are, {key: default}) of the framework config the method's overrides apply to,
+    for the recipe's default runtime; empty when that framework version has no key data."""
+    runtime = recipe.runtime()
+    if runtime is None or recipe.framework not in ("verl", "nemo-rl"):
+        return "", {}
+    chosen = {p.key: p.default for p in recipe.parameters}
+    chosen.update(flat_config)
+    chosen.update({o.key.strip(): o.value for o in overrides})
+    found = framework_keys.config_keys(recipe.framework, runtime.framework_version, chosen)
+    if found is None:
+        return "", {}
+    name, keys = found
+    return f"{recipe.framework} {runtime.framework_version} ({name})", keys
+
+
+def _framework_param(key: str, default: Any) -> ParameterDecl:
+    """An undeclared framework key: booleans stay booleans, anything else is read loosely
+    (Hydra/OmegaConf types an override by its text, and many defaults are interpolations)."""
+    return ParameterDecl(key=key, type="bool" if isinstance(default, bool) else "any")
+
+
+def _loose(raw: str) -> Any:
+    for parse in (int, float):
+        try:
+            value = parse(raw)
+        except ValueError:
+            continue
+        if not (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+            return value
+    return raw
+
+
+def _unknown_key(
+    recipe: RecipeDecl, key: str, source: str, declared: dict[str, ParameterDecl], fw: str, keys: dict[str, Any]
+) -> errors.InvalidArgument:
+    if fw:
+        return _bad(
+            key,
+            f"{source} {key}: neither a parameter of {recipe.name} nor a key of {fw}"
+            f"{suggestion(key, list(dict.fromkeys([*declared, *keys])))}",
+        )
+    return _bad(key, f"{source} {key}: {recipe.name} has no parameter {key!r}{suggestion(key, list(declared))}")
+
+
 def resolve_config(
     recipe: RecipeDecl, config: dict[str, Any], overrides: Sequence[job_spec_pb2.Override]
 ) -> dict[str, Any]:
-    """Defaults <- config.yaml <- overrides, each checked against the method's parameters."""
+    """Defaults <- config.yaml <- overrides, each checked against the method's parameters.
+
+    verl and NeMo-RL methods also take any key their framework's config has (recipes/frameworks/):
+    a key neither declared nor in that config is refused with the nearest valid names, as the
+    framework itself would reject it (verl composes in strict mode) or silently add it.
+    """
     resolved: dict[str, Any] = {}
     for p in recipe.parameters:
         if p.default is not None:
             _set(resolved, p.key, copy.deepcopy(p.default))
     flat_config = _flatten({k: v for k, v in config.items() if k not in PLATFORM_KEYS})
     declared = {p.key: p for p in recipe.parameters}
+    fw, fw_keys = _framework(recipe, flat_config, overrides)
     if recipe.parameters:
         for key, value in flat_config.items():
             decl = declared.get(key)
-            if decl is None and not any(key.startswith(d + ".") for d in declared):
+            if decl is None and fw:
+                if key not in fw_keys:
+                    raise _unknown_key(recipe, key, "config.yaml", declared, fw, fw_keys)
+            elif decl is None and not any(key.startswith(d + ".") for d in declared):
                 raise _bad(
                     key,
                     f"config.yaml key {key!r} is not a parameter of {recipe.name}{suggestion(key, list(declared))}",
@@ -150,8 +209,10 @@ def resolve_config(
         param: ParameterDecl | None
         if recipe.parameters:
             param = declared.get(key)
+            if param is None and key in fw_keys:
+                param = _framework_param(key, fw_keys[key])
             if param is None:
-                raise _bad(key, f"-s {key}: {recipe.name} has no parameter {key!r}{suggestion(key, list(declared))}")
+                raise _unknown_key(recipe, key, "-s", declared, fw, fw_keys)
         else:
             if key not in flat_config:
                 hint = (

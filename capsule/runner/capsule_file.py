@@ -1,4 +1,10 @@
-"""Reading capsule.json (schema starforge.capsule/v1), already verified by bootstrap.sh."""
+"""Reading capsule.json (schema starforge.capsule/v2), already verified by bootstrap.sh.
+
+capsule.json is the contract's ``starforge.executor.v1.CapsuleManifest`` in protobuf's JSON mapping;
+it is parsed here with the generated pure-Python code (sfpb), so the runner reads exactly what the
+control plane's capsule/layout.py writes. RunSpec is the adapters' view of ``run``: the config as a
+dict, the pools as dicts, the stage as a word.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,16 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA = "starforge.capsule/v1"
+from sfpb.starforge.executor import v1 as executor
+
+SCHEMA = "starforge.capsule/v2"
+TRAIN, EXPORT, EVAL = "train", "export", "eval"
+STAGES = {
+    executor.CapsuleStage.UNSPECIFIED: TRAIN,
+    executor.CapsuleStage.TRAIN: TRAIN,
+    executor.CapsuleStage.EXPORT: EXPORT,
+    executor.CapsuleStage.EVAL: EVAL,
+}
 
 
 @dataclass(frozen=True)
@@ -24,6 +39,8 @@ class RunSpec:
     train_data: str = ""
     validation_data: str = ""
     pools: list[dict[str, Any]] = field(default_factory=list)
+    # Pipeline stage: "train", "export" or "eval".
+    stage: str = TRAIN
 
 
 @dataclass(frozen=True)
@@ -35,47 +52,54 @@ class CapsuleSpec:
     run: RunSpec
 
 
-def _str(doc: dict[str, Any], key: str, default: str | None = None) -> str:
-    value = doc.get(key, default)
-    if not isinstance(value, str):
-        raise ValueError(f"capsule.json {key!r} must be a string, got {value!r}")
-    return value
+def _config(text: str) -> dict[str, Any]:
+    config = json.loads(text or "{}")
+    if not isinstance(config, dict):
+        raise ValueError("capsule.json run.config_json must be a JSON object")
+    return config
+
+
+def _run_spec(run: executor.CapsuleRun) -> RunSpec:
+    if not run.adapter:
+        raise ValueError("capsule.json run.adapter is empty")
+    return RunSpec(
+        method=run.method,
+        adapter=run.adapter,
+        experiment=run.experiment,
+        entrypoint=run.entrypoint,
+        config=_config(run.config_json),
+        observability=run.observability or "platform",
+        model=run.model,
+        train_data=run.train_data,
+        validation_data=run.validation_data,
+        pools=[
+            {"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node} for p in run.pools
+        ],
+        stage=STAGES.get(run.stage, TRAIN),
+    )
 
 
 def parse_capsule(data: bytes) -> CapsuleSpec:
-    """Parse capsule.json; ValueError with the offending key when it does not fit the schema."""
-    doc = json.loads(data)
+    """Parse capsule.json; ValueError saying what does not fit the schema."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"capsule.json is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ValueError(f"capsule.json is not {SCHEMA}")
-    run = doc.get("run")
-    if not isinstance(run, dict):
+        found = doc.get("schema") if isinstance(doc, dict) else None
+        raise ValueError(f"capsule.json is not {SCHEMA} (found {found!r}): the runner and the control plane differ")
+    try:
+        manifest = executor.CapsuleManifest.from_dict(doc)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValueError(f"capsule.json does not fit {SCHEMA}: {exc}") from None
+    if manifest.run is None:
         raise ValueError("capsule.json has no 'run' object")
-    config = run.get("config", {})
-    if not isinstance(config, dict):
-        raise ValueError("capsule.json run.config must be an object")
-    pools = run.get("pools", [])
-    if not isinstance(pools, list):
-        raise ValueError("capsule.json run.pools must be a list")
-    number = doc.get("attempt_number", 1)
-    if isinstance(number, bool) or not isinstance(number, int):
-        raise ValueError("capsule.json attempt_number must be an integer")
     return CapsuleSpec(
-        job_id=_str(doc, "job_id"),
-        attempt_id=_str(doc, "attempt_id"),
-        attempt_number=number,
-        runner=_str(doc, "runner"),
-        run=RunSpec(
-            method=_str(run, "method", ""),
-            adapter=_str(run, "adapter"),
-            experiment=_str(run, "experiment", ""),
-            entrypoint=_str(run, "entrypoint", ""),
-            config=config,
-            observability=_str(run, "observability", "platform"),
-            model=_str(run, "model", ""),
-            train_data=_str(run, "train_data", ""),
-            validation_data=_str(run, "validation_data", ""),
-            pools=pools,
-        ),
+        job_id=manifest.job_id,
+        attempt_id=manifest.attempt_id,
+        attempt_number=manifest.attempt_number or 1,
+        runner=manifest.runner,
+        run=_run_spec(manifest.run),
     )
 
 

@@ -140,10 +140,10 @@ def plan(
     (destination -> digest, already in place)."""
     if (
         not isinstance(doc, dict)
-        or doc.get("schema") != "starforge.capsule/v1"
+        or doc.get("schema") != "starforge.capsule/v2"
         or not isinstance(doc.get("files"), list)
     ):
-        raise FetchError("capsule/capsule.json: not a starforge.capsule/v1 document with a files list", INTEGRITY)
+        raise FetchError("capsule/capsule.json: not a starforge.capsule/v2 document with a files list", INTEGRITY)
     entries = [
         [e.get("root"), e.get("path"), e.get("sha256"), e.get("size", -1), e.get("executable", False)]
         for e in doc["files"]
@@ -164,9 +164,19 @@ def plan(
                 raise FetchError(f"{label}: listed twice with different digests", INTEGRITY)
             continue
         seen[dest] = digest
-        known = int(size) if isinstance(size, int) and not isinstance(size, bool) else -1
+        known = _size(size)
         by_digest.setdefault(digest, []).append((dest, known, bool(executable), label))
     return by_digest
+
+
+def _size(raw: object) -> int:
+    """A listed size, -1 when unknown. capsule.json is protobuf's JSON mapping, which writes
+    int64 as a decimal string; FORGE_FETCH_FILES entries carry plain integers."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.isdigit():
+        return int(raw)
+    return -1
 
 
 def fetch_group(base: str, token: str, digest: str, targets: list[tuple[str, int, bool, str]]) -> int:

@@ -102,7 +102,7 @@ _NEMO_SECTIONS = {"training results": "", "validation results": "val/", "timing"
 
 
 class NemoRlLogParser:
-    """NeMo-RL's per-step summaries (examples/run_sft.py, run_grpo_math.py)."""
+    """NeMo-RL's per-step summaries (examples/run_sft.py, run_grpo.py)."""
 
     def __init__(self) -> None:
         self._step: int | None = None

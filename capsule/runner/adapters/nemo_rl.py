@@ -13,16 +13,24 @@ by itself) and, when the flags are given, the model and data paths.
 from __future__ import annotations
 
 import pathlib
+import re
+from typing import Any
 
 from ..errors import PrecheckError
-from . import hydra, inputs
+from . import hydra, inputs, stages
 from .base import AdapterContext, CommandSpec
 from .logparse import NemoRlLogParser
 
-SCRIPTS = {"sft": "examples/run_sft.py", "grpo": "examples/run_grpo_math.py"}
+# The run scripts of NeMo-RL's examples/ (checked against the pinned upstream tree by
+# recipes/frameworks/nemo-rl/<version>/, see tests/unit/recipes/test_framework_configs.py).
+SCRIPTS = {"sft": "examples/run_sft.py", "grpo": "examples/run_grpo.py"}
+# NeMo-RL's dataset class for a JSONL file of input/output records; the base configs name a
+# built-in dataset instead, so --train-data / --validation-data switch it.
+RESPONSE_DATASET = "ResponseDataset"
 HOME_VARIABLE = "NEMO_RL_HOME"
 DEFAULT_HOME = "/opt/nemo-rl"
 BASE_CONFIG_KEY = "base_config"
+STEP_DIR_RE = re.compile(r"^step_(\d+)$")
 ALIASES = {"grpo.kl_coef": "loss_fn.reference_policy_kl_penalty"}
 OWNED = frozenset(
     {
@@ -36,6 +44,11 @@ OWNED = frozenset(
 )
 
 
+def latest_checkpoint(checkpoints: pathlib.Path) -> tuple[pathlib.Path, int] | None:
+    """NeMo-RL's step_<n> checkpoint folder with the highest n."""
+    return stages.latest_numbered(checkpoints, STEP_DIR_RE)
+
+
 def _base_config(ctx: AdapterContext, home: pathlib.Path, value: str) -> str:
     """base_config: a path in the NeMo-RL checkout, or a lab path (the lab wins when both exist)."""
     lab = ctx.workspace_dir / value
@@ -47,6 +60,24 @@ def _base_config(ctx: AdapterContext, home: pathlib.Path, value: str) -> str:
     return value
 
 
+def _data_overrides(ctx: AdapterContext, config: dict[str, Any]) -> list[str]:
+    """--train-data / --validation-data as NeMo-RL ResponseDatasets.
+
+    ``data_path`` is not a key of the base configs (only their comments show it), so it is
+    force-added (``++``); ``data.validation`` is null in the GRPO configs, which ``++`` replaces.
+    """
+    out = []
+    train = inputs.train_data(ctx, required=False)
+    if train:
+        config["data.train.dataset_name"] = RESPONSE_DATASET
+        out.append("++" + hydra.override("data.train.data_path", train))
+    validation = inputs.validation_data(ctx)
+    if validation:
+        out.append("++" + hydra.override("data.validation.dataset_name", RESPONSE_DATASET))
+        out.append("++" + hydra.override("data.validation.data_path", validation))
+    return out
+
+
 class NemoRlAdapter:
     name = "nemo-rl"
 
@@ -56,6 +87,8 @@ class NemoRlAdapter:
         if script is None:
             raise PrecheckError(f"the nemo-rl adapter runs nemo-rl/{', nemo-rl/'.join(SCRIPTS)}; got {ctx.run.method}")
         home = pathlib.Path(ctx.environ.get(HOME_VARIABLE) or DEFAULT_HOME)
+        if stages.is_stage(ctx):
+            return stages.command(ctx, latest_checkpoint, home)
         if not (home / script).is_file():
             raise PrecheckError(
                 f"{home / script} not found: {ctx.run.method} runs NeMo-RL's script from its checkout "
@@ -79,12 +112,7 @@ class NemoRlAdapter:
             hydra.override("checkpointing.checkpoint_dir", str(inputs.out_dir(ctx) / "checkpoints")),
             hydra.override("logger.log_dir", str(inputs.out_dir(ctx) / "logs")),
         ]
-        train = inputs.train_data(ctx, required=False)
-        if train:
-            out.append(hydra.override("data.train.data_path", train))
-        validation = inputs.validation_data(ctx)
-        if validation:
-            out.append(hydra.override("data.validation.data_path", validation))
+        out.extend(_data_overrides(ctx, config))
         for key, value in config.items():
             if value is not None and value != "":
                 out.append(hydra.override(key, value))

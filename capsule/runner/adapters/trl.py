@@ -17,7 +17,7 @@ import shutil
 from typing import Any
 
 from ..errors import PrecheckError
-from . import inputs
+from . import inputs, stages
 from .base import AdapterContext, CommandSpec
 from .logparse import HfTrainerLogParser
 
@@ -53,13 +53,7 @@ def _flag_values(value: Any) -> list[str] | None:
 
 def latest_checkpoint(checkpoints: pathlib.Path) -> tuple[pathlib.Path, int] | None:
     """The HF Trainer checkpoint with the highest step under ``checkpoints``."""
-    best: tuple[pathlib.Path, int] | None = None
-    if checkpoints.is_dir():
-        for child in checkpoints.iterdir():
-            m = CHECKPOINT_RE.match(child.name)
-            if m and child.is_dir() and (best is None or int(m.group(1)) > best[1]):
-                best = (child, int(m.group(1)))
-    return best
+    return stages.latest_numbered(checkpoints, CHECKPOINT_RE)
 
 
 def _dataset_folder(ctx: AdapterContext, train: str, validation: str) -> tuple[str, bool]:
@@ -93,6 +87,8 @@ class TrlAdapter:
         method = ctx.run.method.partition("/")[2]
         if method not in METHODS:
             raise PrecheckError(f"the trl adapter runs trl/{', trl/'.join(METHODS)}; got {ctx.run.method}")
+        if stages.is_stage(ctx):
+            return stages.command(ctx, latest_checkpoint, ctx.workspace_dir)
         pool = inputs.single_pool(ctx)
         if pool.nodes > 1:
             raise PrecheckError(f"{ctx.run.method} runs on one node; the profile asks for {pool.nodes} (use <= 8 GPUs)")

@@ -12,10 +12,12 @@ that nothing is written into the workspace.
 
 from __future__ import annotations
 
+import pathlib
+import re
 from typing import Any
 
 from ..errors import PrecheckError
-from . import hydra, inputs
+from . import hydra, inputs, stages
 from .base import AdapterContext, CommandSpec
 from .logparse import VerlConsoleParser
 
@@ -40,6 +42,19 @@ OWNED = frozenset(
     }
 )
 TRAIN_POOL, ROLLOUT_POOL = "train", "rollout"
+STEP_DIR_RE = re.compile(r"^global_step_(\d+)$")
+# verl's own record of its latest complete checkpoint (the step number), beside the step folders.
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+
+
+def latest_checkpoint(checkpoints: pathlib.Path) -> tuple[pathlib.Path, int] | None:
+    """global_step_<n> named by verl's latest file, else the highest one present."""
+    try:
+        step = int((checkpoints / LATEST_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return stages.latest_numbered(checkpoints, STEP_DIR_RE)
+    folder = checkpoints / f"global_step_{step}"
+    return (folder, step) if folder.is_dir() else stages.latest_numbered(checkpoints, STEP_DIR_RE)
 
 
 def _pools(ctx: AdapterContext) -> tuple[inputs.Pool, inputs.Pool | None]:
@@ -76,6 +91,8 @@ class VerlAdapter:
         if estimator is None:
             known = ", ".join(f"verl/{m}" for m in ADVANTAGE_ESTIMATORS)
             raise PrecheckError(f"the verl adapter runs {known}; got {ctx.run.method}")
+        if stages.is_stage(ctx):
+            return stages.command(ctx, latest_checkpoint, ctx.workspace_dir)
         train_pool, rollout_pool = _pools(ctx)
         model = inputs.model(ctx, required=True)
         train = inputs.train_data(ctx, required=True)

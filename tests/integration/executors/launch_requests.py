@@ -55,7 +55,7 @@ def _norm(files: Files | None) -> dict[str, tuple[bytes, bool]]:
 
 def shell_capsule(script: str, workspace: Files | None = None) -> Bundle:
     """A capsule whose bootstrap.sh is `script` (no integrity check, no runner)."""
-    doc = json.dumps({"schema": "starforge.capsule/v1", "test": "shell capsule", "script": script}).encode()
+    doc = json.dumps({"schema": "starforge.capsule/v2", "test": "shell capsule", "script": script}).encode()
     return Bundle(
         capsule={"bootstrap.sh": (script.encode(), True), "capsule.json": (doc, False)},
         workspace=_norm(workspace),

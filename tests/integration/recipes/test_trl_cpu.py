@@ -9,7 +9,6 @@ Trainer prints reaches the platform's metrics, and the checkpoints land in the j
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -32,12 +31,6 @@ CONFIG = {
     "bf16": False,
     "gradient_checkpointing": False,
 }
-
-
-@pytest.fixture
-def venv_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Process-runtime jobs inherit the executor's PATH: put this venv (python3, trl) first."""
-    monkeypatch.setenv("PATH", f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 @pytest.mark.timeout(600)

@@ -53,8 +53,8 @@ def build(**overrides: object) -> bytes:
 
 def test_capsule_json_follows_the_documented_schema() -> None:
     doc = json.loads(build())
-    assert list(doc) == ["schema", "job_id", "attempt_id", "attempt_number", "runner", "files", "run"]
-    assert doc["schema"] == "starforge.capsule/v1"
+    assert sorted(doc) == sorted(["schema", "job_id", "attempt_id", "attempt_number", "runner", "files", "run"])
+    assert doc["schema"] == "starforge.capsule/v2"
     assert doc["runner"] == RUNNER
     assert [(f["root"], f["path"]) for f in doc["files"]] == [
         ("capsule", "bootstrap.sh"),
@@ -63,13 +63,21 @@ def test_capsule_json_follows_the_documented_schema() -> None:
         ("workspace", "README.md"),
         ("workspace", "experiments/demo/train.sh"),
     ]
-    assert doc["files"][0] == {"root": "capsule", "path": "bootstrap.sh", "sha256": SHA, "size": 1, "executable": True}
+    # protobuf's JSON mapping writes int64 as a string
+    assert doc["files"][0] == {
+        "root": "capsule",
+        "path": "bootstrap.sh",
+        "sha256": SHA,
+        "size": "1",
+        "executable": True,
+    }
     assert doc["run"] == {
         "method": "custom/custom",
         "adapter": "custom",
         "experiment": "demo",
         "entrypoint": "experiments/demo/train.sh",
-        "config": {"lr": 0.001},
+        "config_json": '{"lr": 0.001}',
+        "stage": "CAPSULE_STAGE_TRAIN",
         "observability": "platform",
         "model": "",
         "train_data": "",
@@ -116,11 +124,24 @@ def test_the_runner_reads_what_the_layout_writes() -> None:
     assert spec.run.config == {"lr": 0.001}
     assert spec.run.observability == "platform"
     assert spec.run.pools == [{"name": "main", "series": "cpu", "nodes": 1, "gpus_per_node": 0}]
+    assert spec.run.stage == "train"
+
+
+@pytest.mark.parametrize("stage", ["export", "eval"])
+def test_the_stage_reaches_the_runner(stage: str) -> None:
+    run = RunInfo(method="trl/sft", adapter="trl", experiment="demo", entrypoint="trl sft", stage=stage)
+    assert parse_capsule(build(run=run)).run.stage == stage
+
+
+def test_config_numbers_keep_their_type() -> None:
+    run = RunInfo(method="trl/sft", adapter="trl", experiment="d", entrypoint="e", config={"a": 3, "b": 3.0})
+    config = parse_capsule(build(run=run)).run.config
+    assert (type(config["a"]), type(config["b"])) == (int, float)
 
 
 def test_the_runner_refuses_another_schema() -> None:
-    with pytest.raises(ValueError, match=r"not starforge\.capsule/v1"):
-        parse_capsule(b'{"schema": "starforge.capsule/v2"}')
+    with pytest.raises(ValueError, match=r"not starforge\.capsule/v2 \(found 'starforge\.capsule/v1'\)"):
+        parse_capsule(b'{"schema": "starforge.capsule/v1"}')
 
 
 def test_install_capsule_from_a_build_manifest(tmp_path: pathlib.Path) -> None:

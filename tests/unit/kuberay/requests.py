@@ -45,7 +45,7 @@ def request(
     """A complete LaunchRequest for `pools` (default: one CPU node)."""
     job_id = job_id or ids.new_job_id()
     attempt_id = ids.attempt_id(job_id, attempt_number)
-    capsule_json = f'{{"schema": "starforge.capsule/v1", "attempt_id": "{attempt_id}"}}'.encode()
+    capsule_json = f'{{"schema": "starforge.capsule/v2", "attempt_id": "{attempt_id}"}}'.encode()
     return lr_pb.LaunchRequest(
         attempt_id=attempt_id,
         job_id=job_id,

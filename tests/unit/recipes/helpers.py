@@ -12,6 +12,7 @@ from starforge.job.v1 import job_spec_pb2
 
 from capsule.runner.adapters import AdapterContext, CommandSpec, get_adapter
 from capsule.runner.capsule_file import RunSpec
+from control.assembly import entrypoint
 from recipes.catalog import RecipeDecl, load_catalog
 from recipes.params import resolve_config
 
@@ -68,6 +69,7 @@ class Job:
         validation_data: str = "",
         pools: Sequence[Mapping[str, Any]] = (),
         experiment: str = "exp",
+        stage: str = "",
         **environ: str,
     ) -> CommandSpec:
         decl = recipe(method)
@@ -75,7 +77,8 @@ class Job:
             method=method,
             adapter=decl.adapter,
             experiment=experiment,
-            entrypoint=decl.entrypoint,
+            entrypoint=entrypoint(decl, experiment, stage),
+            stage=stage or "train",
             config=resolved(method, config, overrides),
             model=model,
             train_data=train_data,

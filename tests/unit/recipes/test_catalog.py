@@ -137,6 +137,9 @@ runtimes: [{framework_version: "1", runtime_id: r, default: true}]
         ("multi_pool: true", "names its pools"),
         ("global_batch_key: nope", "global_batch_key 'nope' must be a declared int parameter"),
         ("pool_names: [a]\nmulti_pool: true\ndata_parallel_pool: b", "data_parallel_pool 'b' is not one of"),
+        ("stages: [export, eval]\nstage_commands: {export: x}", r"stage_commands must define exactly the stages"),
+        ("stages: [export]\nstage_commands: {export: 'x {nope}'}", r"names \['nope'\]; placeholders are"),
+        ('stages: [export]\nstage_commands: {export: "x \'open"}', "stage_commands.export: No closing quotation"),
     ],
 )
 def test_declaration_mistakes_are_refused_when_the_catalog_loads(

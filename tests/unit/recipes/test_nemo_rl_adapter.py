@@ -14,7 +14,7 @@ from tests.unit.recipes.helpers import Job, pool
 def job(tmp_path: pathlib.Path) -> Job:
     j = Job(tmp_path)
     home = tmp_path / "nemo-rl"
-    for rel in ("examples/run_grpo_math.py", "examples/run_sft.py", "examples/configs/grpo_math_1B.yaml"):
+    for rel in ("examples/run_grpo.py", "examples/run_sft.py", "examples/configs/grpo_math_1B.yaml"):
         (home / rel).parent.mkdir(parents=True, exist_ok=True)
         (home / rel).write_text("")
     j.environ["NEMO_RL_HOME"] = str(home)
@@ -28,9 +28,9 @@ def test_grpo_seed_overrides_with_the_kl_alias(job: Job) -> None:
         pools=[pool("main", "h200", 2, 8)],
     )
     assert command.cwd == job.root / "nemo-rl"
-    assert (command.name, command.display) == ("run_grpo_math.py", "python examples/run_grpo_math.py (nemo-rl/grpo)")
+    assert (command.name, command.display) == ("run_grpo.py", "python examples/run_grpo.py (nemo-rl/grpo)")
     assert job.rel(command.argv) == [
-        "python", "examples/run_grpo_math.py", "--config", "examples/configs/grpo_math_1B.yaml",
+        "python", "examples/run_grpo.py", "--config", "examples/configs/grpo_math_1B.yaml",
         "cluster.num_nodes=2", "cluster.gpus_per_node=8",
         "checkpointing.checkpoint_dir=<out>/checkpoints", "logger.log_dir=<out>/logs",
         "grpo.num_prompts_per_step=32", "grpo.num_generations_per_prompt=16", "grpo.max_num_epochs=1",
@@ -64,12 +64,14 @@ def test_flags_and_lab_paths_become_absolute_config_values(job: Job) -> None:
         validation_data="data/val.jsonl",
     )
     argv = job.rel(command.argv)
-    assert argv[:10] == [
+    assert argv[:11] == [
         "python", "examples/run_sft.py", "--config", "<ws>/configs/sft_small.yaml",
         "cluster.num_nodes=1", "cluster.gpus_per_node=1",
         "checkpointing.checkpoint_dir=<out>/checkpoints", "logger.log_dir=<out>/logs",
-        "data.train.data_path=<ws>/data/train.jsonl", "data.validation.data_path=<ws>/data/val.jsonl",
+        "++data.train.data_path=<ws>/data/train.jsonl",
+        "++data.validation.dataset_name=ResponseDataset", "++data.validation.data_path=<ws>/data/val.jsonl",
     ]  # fmt: skip
+    assert "data.train.dataset_name=ResponseDataset" in argv
     assert "policy.model_name=<ws>/models/tiny" in argv
     assert "sft.max_num_steps=60" in argv
     assert not any(a.startswith("base_config") for a in argv)
@@ -81,5 +83,5 @@ def test_prechecks(job: Job, tmp_path: pathlib.Path) -> None:
     with pytest.raises(PrecheckError, match=r"base_config examples/configs/sft.yaml: not in the NeMo-RL checkout"):
         job.command("nemo-rl/sft")
     job.environ["NEMO_RL_HOME"] = str(tmp_path / "elsewhere")
-    with pytest.raises(PrecheckError, match=r"run_grpo_math.py not found.*set NEMO_RL_HOME"):
+    with pytest.raises(PrecheckError, match=r"run_grpo.py not found.*set NEMO_RL_HOME"):
         job.command("nemo-rl/grpo")
