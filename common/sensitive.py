@@ -1,7 +1,7 @@
 """Files that must never travel in a job package: the one rule set, used by `sf` and by admission.
 
 `sf` refuses a lab that would ship any of these, and the control plane refuses them again at
-admission (the server never trusts the client; DESIGN: secrets stay server-side). The
+admission (the server never trusts the client; secrets stay server-side). The
 rules are deliberately name-based and cheap; two files (.npmrc, .pypirc) are only sensitive when
 they hold credentials, so their content is checked. Templates meant to be committed
 (`.env.example`, `.env.sample`, `.env.template`, `.env.dist`) are allowed.

@@ -2,7 +2,7 @@
 
 KubeRay reports two fields: `jobDeploymentStatus` (the RayJob's own lifecycle: cluster, submitter)
 and `jobStatus` (the Ray job, i.e. the capsule's entrypoint, as Ray's job manager sees it). The
-ledger never stores either (DESIGN §2); observe reports one of PENDING, RUNNING, SUCCEEDED,
+ledger never stores either (docs/ARCHITECTURE.md, "The contract"); observe reports one of PENDING, RUNNING, SUCCEEDED,
 FAILED, STOPPED and keeps KubeRay's words in the message.
 
 jobDeploymentStatus (KubeRay v1):

@@ -1,6 +1,6 @@
 """Slurm job states -> StarForge ledger states (pure functions, no I/O).
 
-The ledger never stores a backend's raw state (DESIGN §2); `observe` reports one of PENDING,
+The ledger never stores a backend's raw state (docs/ARCHITECTURE.md, "The contract"); `observe` reports one of PENDING,
 RUNNING, SUCCEEDED, FAILED, STOPPED plus, for FAILED, a failure class that decides retries.
 
 - PENDING, and RUNNING while CONFIGURING (nodes still booting) -> PENDING.

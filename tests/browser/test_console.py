@@ -1,4 +1,4 @@
-"""Issue 6's must-shows in headless Chromium against a live embedded console behind envoy:
+"""The web console in headless Chromium against a live embedded console behind envoy:
 sign in, watch a running job's logs grow and its loss chart update, stop it, see it STOPPED;
 a wrong token gets the sign-in error; the job list shows why a queued job waits.
 """

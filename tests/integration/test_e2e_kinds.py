@@ -1,4 +1,4 @@
-"""Issue 5 through `sf` for the local kind on Docker and for KubeRay: a job seen through RUNNING to
+"""Through `sf` for the local kind on Docker and for KubeRay: a job seen through RUNNING to
 SUCCEEDED, and a job stopped while it runs. (Slurm and agent: tests/integration/slurm/test_e2e.py
 and tests/integration/forgelet/test_e2e.py.)"""
 

@@ -1,4 +1,4 @@
-"""Every refusal of issues 3 and 4 through the real `sf`: the exact message a user sees, the exit
+"""Every admission and local-validation refusal through the real `sf`: the exact message a user sees, the exit
 code (2: found by sf before anything was uploaded, 3: refused by the console), and nothing queued."""
 
 from __future__ import annotations

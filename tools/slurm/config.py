@@ -96,7 +96,7 @@ class Ports:
 def slurm_conf(layout: Layout, ports: Ports, controller_host: str) -> str:
     """slurm.conf for a one-host cluster of two nodes that each claim 8 CPUs and 4 GPUs.
 
-    Beyond the settings DESIGN §6 lists, these were needed:
+    Beyond the settings docs/ARCHITECTURE.md lists for Slurm, these were needed:
     - `SlurmdParameters=config_overrides`: the nodes claim more CPUs than the host has; without it
       slurmd registers the real count and slurmctld drains the node ("Low socket*core*thread count").
     - `SelectTypeParameters=CR_Core`: memory is not a consumable resource, otherwise the default

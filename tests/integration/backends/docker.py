@@ -1,6 +1,6 @@
 """Session fixtures: a private Docker engine (`dockerd`) and the test image (`python_image`).
 
-dockerd (apt's docker.io) is started exactly as DESIGN.md §6 says: its own --data-root,
+dockerd (apt's docker.io) is started as docs/ARCHITECTURE.md ("Real backends on a machine like ours") says: its own --data-root,
 --exec-root, --pidfile and --host unix://<dir>/docker.sock, an empty --config-file (the machine's
 /etc/docker/daemon.json never applies), and `--bridge=none --iptables=false --ip-forward=false
 --ip-masq=false`, so it creates no bridge and no NAT rule; containers use the host network.

@@ -1,4 +1,4 @@
-"""Issue 5's must-shows through the real `sf` binary: an `agent` fleet of forgelet processes.
+"""The agent executor through the real `sf` binary: an `agent` fleet of forgelet processes.
 
 The console (control plane in-process + the agent executor as a real process, started by the
 harness) and two forgelet nodes (real processes, docker runtime, 8 configured GPUs each) run jobs
