@@ -114,7 +114,27 @@ class LocalExecutor(Executor):
         except errors.InvalidArgument:
             return None
         record = await asyncio.to_thread(AttemptRecord.load, dirs.record)
-        return record if record is not None else await self.runtime.find(attempt_id)
+        if record is None:
+            record = await self.runtime.find(attempt_id)
+        if record is None or attempt_id in self._launching or record.handle:
+            return record
+        return await self._unless_interrupted(record, dirs)
+
+    async def _unless_interrupted(self, record: AttemptRecord, dirs: AttemptDirs) -> AttemptRecord | None:
+        """`record` has no backend handle and no launch of this process is under way: the executor
+        died between saving the record and finishing the start. If the backend object never started
+        (none, or a created container), nothing of the attempt ran: remove what is left and answer
+        None, so the control plane's re-sent launch starts it afresh (reported as it is, it would
+        read PENDING or FAILED forever). A start that did happen is kept."""
+        state = await self.runtime.inspect(record)
+        if state.running or state.started_at is not None:
+            return record
+        log.info("removing %s: its launch was interrupted before it started", record.attempt_id)
+        if state.exists:
+            await self.runtime.remove(record)
+        self.pool.release(record.attempt_id)
+        await asyncio.to_thread(dirs.record.unlink, True)
+        return None
 
     async def _still_running(self, attempt_id: str) -> bool:
         record = await self._record(attempt_id)
