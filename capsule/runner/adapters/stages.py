@@ -32,13 +32,20 @@ STAGE_SCRIPT = "hf_stage.py"
 CheckpointFinder = Callable[[pathlib.Path], "tuple[pathlib.Path, int] | None"]
 
 
-def latest_numbered(checkpoints: pathlib.Path, pattern: re.Pattern[str]) -> tuple[pathlib.Path, int] | None:
-    """The child directory of ``checkpoints`` whose name matches ``pattern`` with the highest number."""
+def latest_numbered(
+    checkpoints: pathlib.Path, pattern: re.Pattern[str], complete_marker: str = ""
+) -> tuple[pathlib.Path, int] | None:
+    """The child directory of ``checkpoints`` whose name matches ``pattern`` with the highest number.
+
+    With ``complete_marker``, only directories holding that file count: a checkpoint being written
+    when the attempt was stopped (a pause, a node lost) has no marker yet and cannot be resumed."""
     best: tuple[pathlib.Path, int] | None = None
     if checkpoints.is_dir():
         for child in checkpoints.iterdir():
             m = pattern.match(child.name)
-            if m and child.is_dir() and (best is None or int(m.group(1)) > best[1]):
+            if not m or not child.is_dir() or (complete_marker and not (child / complete_marker).is_file()):
+                continue
+            if best is None or int(m.group(1)) > best[1]:
                 best = (child, int(m.group(1)))
     return best
 

@@ -52,8 +52,9 @@ def _flag_values(value: Any) -> list[str] | None:
 
 
 def latest_checkpoint(checkpoints: pathlib.Path) -> tuple[pathlib.Path, int] | None:
-    """The HF Trainer checkpoint with the highest step under ``checkpoints``."""
-    return stages.latest_numbered(checkpoints, CHECKPOINT_RE)
+    """The complete HF Trainer checkpoint with the highest step under ``checkpoints``: the Trainer
+    writes trainer_state.json last, so a checkpoint cut short by a pause has none and is skipped."""
+    return stages.latest_numbered(checkpoints, CHECKPOINT_RE, complete_marker="trainer_state.json")
 
 
 def _dataset_folder(ctx: AdapterContext, train: str, validation: str) -> tuple[str, bool]:

@@ -4,6 +4,7 @@ recipe's stage_commands, filled in by the adapter), never the training command a
 from __future__ import annotations
 
 import pathlib
+import shutil
 
 import pytest
 
@@ -43,6 +44,8 @@ def _inputs(job: Job, method: str) -> dict[str, object]:
     framework = method.split("/", maxsplit=1)[0]
     for rel in CHECKPOINTS[framework]:
         (job.out / "checkpoints" / rel).mkdir(parents=True, exist_ok=True)
+        if framework == "trl":  # the Trainer writes it last: a complete checkpoint
+            (job.out / "checkpoints" / rel / "trainer_state.json").write_text("{}")
     (job.out / "export").mkdir(exist_ok=True)
     job.file("models/tiny/config.json")
     job.file("data/train.parquet")
@@ -113,7 +116,7 @@ def test_verl_export_follows_its_latest_file(job: Job) -> None:
 def test_stage_prechecks(job: Job) -> None:
     args = _inputs(job, "trl/sft")
     for child in (job.out / "checkpoints").iterdir():
-        child.rmdir()
+        shutil.rmtree(child)
     with pytest.raises(PrecheckError, match=r"export stage of trl/sft needs a checkpoint in FORGE_OUT_DIR/checkpoints"):
         job.command("trl/sft", stage="export", **args)  # type: ignore[arg-type]
     args["validation_data"] = ""

@@ -76,7 +76,9 @@ def test_one_gpu_or_cpu_runs_without_num_processes_and_hub_models_pass_through(j
 def test_resume_takes_the_latest_checkpoint_and_counts_steps_from_it(job: Job) -> None:
     for step in (2, 10, 6):
         (job.out / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
+        (job.out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
     (job.out / "checkpoints" / "checkpoint-99.tmp").mkdir()
+    (job.out / "checkpoints" / "checkpoint-12").mkdir()  # cut short by a pause: no trainer_state.json
     args: dict[str, Any] = {"model": "models/tiny", "train_data": "data/train.jsonl", "config": {"logging_steps": 5}}
     fresh = job.command("trl/dpo", **args)
     assert "--resume_from_checkpoint" not in fresh.argv
