@@ -11,7 +11,7 @@ APT_STAMP := build/.apt-installed
 WEB_DEPS := web/node_modules/.ci-installed
 APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver
 
-.PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench soak clean web
+.PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
@@ -74,6 +74,13 @@ check: lint
 bench: setup  ## benchmarks against peers (Ray, slurmrestd, MLflow), ~20 min; table in docs/benchmarks.md
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[bench]'
 	$(BIN)/python -m bench
+
+# Our side of the admission and ingest rows, this tree against BASE, alternating in one run (no
+# peers): how a change that must not make them slower is checked. Default base: the last landed
+# release before the trust-boundary work.
+BENCH_BASE ?= 16ce730
+bench-ab: setup
+	$(BIN)/python -m bench.ab --base $(BENCH_BASE) admission ingest
 
 soak: setup  ## 1,000 log followers + 100 reporting runs on one console for 10 min (SF_SOAK_SECONDS=...); figures in docs/reliability.md
 	$(BIN)/python -m pytest -p no:cacheprovider -s tests/reliability -m soak --run-soak
