@@ -1,4 +1,4 @@
-"""Issue 2's must-shows through the real `sf` binary against a live console."""
+"""Submit, follow, status and the smaller flags through the real `sf` binary against a live console."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.job.v1 import job_state_pb2 as st
 
-from tests.integration.console import console
+from tests.integration.console import Console, console
 
 
 async def test_submit_follow_status_and_exit_code(tmp_path: pathlib.Path) -> None:
@@ -138,26 +138,33 @@ async def test_job_logs_follows_by_default_and_no_follow_prints_and_exits(tmp_pa
     mark = tmp_path / "release"
     train = f"#!/usr/bin/env bash\necho started\nwhile [ ! -e {mark} ]; do sleep 0.2; done\necho finished\n"
     async with console(tmp_path) as c:
-        lab = await c.lab("exp", train)
-        job_id = json.loads((await c.sf_async("-o", "json", "submit", "exp", cwd=lab)).stdout)["job"]["job_id"]
-        await c.wait(job_id, st.JOB_STATE_RUNNING)
-        for _ in range(600):
-            if any("started" in line for line in await c.logs(job_id)):
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError(f"no 'started' line: {await c.logs(job_id)}")
-        printed = await c.sf_async("job", "logs", job_id, "--no-follow", timeout=60)
-        assert "started" in printed.stdout and "finished" not in printed.stdout
-        assert (await c.get(job_id)).state == st.JOB_STATE_RUNNING  # it returned while the job runs
-        follower = asyncio.create_task(c.sf_async("job", "logs", timeout=120))  # the latest job, followed
-        await asyncio.sleep(1.0)
-        assert not follower.done(), (await follower).stdout
-        mark.touch()
-        followed = await follower
-        assert followed.returncode == 0
-        assert followed.stdout.index("started") < followed.stdout.index("finished")
-        assert "SUCCEEDED" in followed.stderr
+        try:
+            await _follow_and_no_follow(c, train, mark)
+        finally:
+            mark.touch()  # a failed assertion must not leave the job waiting forever
+
+
+async def _follow_and_no_follow(c: Console, train: str, mark: pathlib.Path) -> None:
+    lab = await c.lab("exp", train)
+    job_id = json.loads((await c.sf_async("-o", "json", "submit", "exp", cwd=lab)).stdout)["job"]["job_id"]
+    await c.wait(job_id, st.JOB_STATE_RUNNING)
+    for _ in range(600):
+        if any("started" in line for line in await c.logs(job_id)):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"no 'started' line: {await c.logs(job_id)}")
+    printed = await c.sf_async("job", "logs", job_id, "--no-follow", timeout=60)
+    assert "started" in printed.stdout and "finished" not in printed.stdout
+    assert (await c.get(job_id)).state == st.JOB_STATE_RUNNING  # it returned while the job runs
+    follower = asyncio.create_task(c.sf_async("job", "logs", timeout=120))  # the latest job, followed
+    await asyncio.sleep(1.0)
+    assert not follower.done(), (await follower).stdout
+    mark.touch()
+    followed = await follower
+    assert followed.returncode == 0
+    assert followed.stdout.index("started") < followed.stdout.index("finished")
+    assert "SUCCEEDED" in followed.stderr
 
 
 async def test_job_ls_filters_on_labels_and_refuses_bad_page_tokens(tmp_path: pathlib.Path) -> None:

@@ -1,4 +1,4 @@
-"""Issue 3's seed command lines, run as written with the real `sf` against a console whose GPU fleet
+"""The documented `sf submit` command lines, run as written with the real `sf` against a console whose GPU fleet
 is a real KubeRay executor on the Kubernetes API server. No GPU runs here, so each test checks what
 the job becomes: the admitted job, its capsule.json (config + overrides as the runner sees them)
 and the backend spec (the RayJob object the executor created)."""
@@ -110,7 +110,7 @@ async def test_nemo_rl_overrides(gpu_console: Console) -> None:
     assert config["policy"]["optimizer"]["kwargs"]["lr"] == 1e-6
     assert config["grpo"]["kl_coef"] == 0.05
     capsule, _ = await _dispatched(c, job)
-    assert capsule["run"]["config"]["grpo"]["kl_coef"] == 0.05
+    assert json.loads(capsule["run"]["config_json"])["grpo"]["kl_coef"] == 0.05
     # overrides change only this submission, never the experiment files
     written = yaml.safe_load((lab / "experiments" / "my-exp" / "config.yaml").read_text())
     assert written.get("grpo", {}).get("kl_coef") != 0.05

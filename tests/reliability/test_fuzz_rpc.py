@@ -41,6 +41,7 @@ from starforge.control.v1 import (
     control_service_pb2,
     dataset_service_pb2,
     fleet_service_pb2,
+    secret_service_pb2,
 )
 from starforge.control.v1 import blob_service_pb2 as blob
 from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
@@ -196,6 +197,7 @@ SERVICES: list[tuple[str, ServiceDescriptor]] = [
     ("console", fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"]),
     ("console", dataset_service_pb2.DESCRIPTOR.services_by_name["DatasetService"]),
     ("console", node_registry_service_pb2.DESCRIPTOR.services_by_name["NodeRegistryService"]),
+    ("console", secret_service_pb2.DESCRIPTOR.services_by_name["SecretService"]),
     ("executor", executor_service_pb2.DESCRIPTOR.services_by_name["ExecutorService"]),
     ("forgelet", forgelet_service_pb2.DESCRIPTOR.services_by_name["ForgeletService"]),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -101,7 +102,8 @@ async def submit_as(
 ) -> job_pb2.Job:
     """Submit a custom/custom job over gRPC as `user` (project "@<user>/lab")."""
     files = {"experiments/exp/train.sh": train_sh.encode()}
-    manifest = await c.upload(files, {"experiments/exp/train.sh"})
+    # uploaded as the submitter: a workspace may only name blobs its submitter may read
+    manifest = await dataclasses.replace(c, token=token).upload(files, {"experiments/exp/train.sh"})
     spec = job_spec_pb2.JobSpec(
         api_version="forge/v2",
         project=f"@{user}/lab",

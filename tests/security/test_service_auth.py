@@ -63,7 +63,8 @@ def test_executor_service_refuses_to_start_without_a_token(tmp_path: pathlib.Pat
     assert r.returncode == 2, r.stderr
     assert "token: required" in r.stderr and "insecure: true" in r.stderr
 
-    r = run_executor(local_config(tmp_path, insecure=True), "0.0.0.0:0")
+    # tls.plaintext passes the TLS rule (not loopback, no TLS), so the token rule is what refuses
+    r = run_executor(local_config(tmp_path, insecure=True, tls={"plaintext": True}), "0.0.0.0:0")
     assert r.returncode == 2, r.stderr
     assert "insecure: true is allowed only on a loopback listen address" in r.stderr
 

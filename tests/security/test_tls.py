@@ -41,14 +41,23 @@ from common.server import create_server
 from common.tls import TlsConfig, server_ssl_context
 from control import auth, embedded
 from control.app import start_control
+from control.blob_access import BlobAccess
 from control.blobstore import BlobStore
 from control.config import ControlConfig, FleetConfig, InventoryConfig
 from control.db import migrate
 from control.db.engine import Database
 from control.envoy import Envoy
 from control.http_ops import OpsServer
-from tests.integration.console import REPO, Console, git, start_executor_process
-from tests.integration.forgelet.fleet import FLEET, FORGELET_TOKEN, ForgeletProcess, free_port, wait_nodes
+from tests.integration.console import EXECUTOR_TOKEN, REPO, Console, git, start_executor_process
+from tests.integration.forgelet.fleet import (
+    FLEET,
+    FORGELET_TOKEN,
+    ForgeletProcess,
+    free_port,
+    join_token,
+    wait_nodes,
+    write_executor_token,
+)
 from tests.integration.kuberay.test_fetch import HttpBlobs, init_container, make_request, pod_env, run
 from tests.security.tls_support import Pki, Tap, make_pki
 
@@ -111,11 +120,13 @@ def client_tls(pki: Pki, *, mutual: bool) -> dict[str, str]:
 def executor_config(root: pathlib.Path, pki: Pki, control: str, *, mutual: bool) -> pathlib.Path:
     path = root / "executor.yaml"
     doc = {
+        "token": EXECUTOR_TOKEN,
         "tls": {k: v for k, v in server_tls(pki, mutual=mutual).items() if k != "ca_file"},
         "agent": {
             "fleet": FLEET,
             "control_address": control,
-            "control_token_file": str(root / "console" / "admin-token"),
+            # an executor token, written once the console is up (the file is read at each use)
+            "control_token_file": str(root / "agent-token"),
             "forgelet_token": FORGELET_TOKEN,
             "runtime": "process",
             "state_dir": str(root / "agent"),
@@ -153,6 +164,7 @@ async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool) -> AsyncItera
                 kind="agent",
                 address=executor_address,
                 inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=2)],
+                token=EXECUTOR_TOKEN,
             )
         ],
     )
@@ -161,7 +173,8 @@ async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool) -> AsyncItera
     token = (cfg.resolved_state_dir / "admin-token").read_text().strip()
     channel = aio_channel(control, grpc.ssl_channel_credentials(pki.ca.read_bytes()))
     c = Console(app, token, root, proc, executor_address, channel, extra={"user": "admin"})
-    node = ForgeletProcess("n1", root / "n1", control, token, runtime="process")
+    await write_executor_token(c, root / "agent-token", FLEET)
+    node = ForgeletProcess("n1", root / "n1", control, await join_token(c, "n1", FLEET), runtime="process")
     node.write_config(tls=server_tls(pki, mutual=mutual) | client_tls(pki, mutual=False))
     try:
         node.start()
@@ -273,7 +286,8 @@ async def test_mutual_tls_runs_jobs_and_refuses_callers_without_a_client_certifi
 
         async def executor(creds: grpc.ChannelCredentials) -> Any:
             async with aio_channel(s.console.executor_address, creds) as ch:
-                return await ex_grpc.ExecutorServiceStub(ch).DescribeCapabilities(ex_req, timeout=10)
+                stub = ex_grpc.ExecutorServiceStub(ch)
+                return await stub.DescribeCapabilities(ex_req, metadata=bearer(EXECUTOR_TOKEN), timeout=10)
 
         async def forgelet(creds: grpc.ChannelCredentials) -> Any:
             async with aio_channel(s.forgelet.address, creds) as ch:
@@ -346,7 +360,9 @@ def test_a_non_loopback_listen_without_tls_is_refused_at_start(tmp_path: pathlib
     # The explicit setting allows it: the executor serves (then is stopped by its PID).
     config = tmp_path / "plaintext.yaml"
     local = {"runtime": "process", "state_dir": state}
-    config.write_text(yaml.safe_dump({"listen": "0.0.0.0:0", "tls": {"plaintext": True}, "local": local}))
+    config.write_text(
+        yaml.safe_dump({"listen": "0.0.0.0:0", "token": EXECUTOR_TOKEN, "tls": {"plaintext": True}, "local": local})
+    )
     ready = tmp_path / "plaintext.ready"
     proc = subprocess.Popen(
         [
@@ -396,20 +412,20 @@ async def https_blobs(root: pathlib.Path, pki: Pki) -> AsyncIterator[HttpBlobs]:
 
     def run_token(s: Any) -> str:
         auth.create_user(s, "tester")
-        token, _ = auth.issue_token(s, "tester", "run", job_id=job_id)
+        token, _ = auth.issue_token(s, "tester", "run", job_id=job_id, attempt_id=ids.attempt_id(job_id, 1))
         return token
 
     blobs = HttpBlobs("", job_id, db.run_sync(run_token), BlobStore(root / "blobs"))
 
-    async def run_may_read(job: str, digest: str) -> bool:
-        return job == job_id and digest in blobs.allowed
+    async def run_may_read(attempt: str, digest: str) -> bool:
+        return attempt == ids.attempt_id(job_id, 1) and digest in blobs.allowed
 
     tls = TlsConfig(cert_file=str(pki.leaf.cert), key_file=str(pki.leaf.key), ca_file=str(pki.ca))
     ops = OpsServer(
         "127.0.0.1:0",
         blobs.store,
         auth.TokenVerifier(db),
-        run_may_read,
+        BlobAccess(db, run_may_read),
         asyncio.get_running_loop(),
         ssl_context=server_ssl_context(tls),
     )

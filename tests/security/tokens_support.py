@@ -37,7 +37,7 @@ from control import auth, embedded
 from control.app import start_control
 from control.config import ControlConfig, FleetConfig, InventoryConfig
 from tests import factories as f
-from tests.integration.console import REPO, Console, executor_yaml
+from tests.integration.console import EXECUTOR_TOKEN, REPO, Console, executor_yaml
 
 NOBODY = 65534
 # What a run token looks like (control/auth.py): a match anywhere is a leaked token.
@@ -240,6 +240,7 @@ async def token_console(
                 kind="local",
                 address=address,
                 inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
+                token=EXECUTOR_TOKEN,
             )
         ],
     )

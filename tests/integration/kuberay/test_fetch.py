@@ -24,6 +24,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import ids
 from control import auth
+from control.blob_access import BlobAccess
 from control.blobstore import BlobStore
 from control.db import migrate
 from control.db.engine import Database
@@ -74,7 +75,9 @@ async def http_blobs(tmp_path: pathlib.Path) -> AsyncIterator[HttpBlobs]:
     async def run_may_read(attempt: str, digest: str) -> bool:
         return attempt == ids.attempt_id(job_id, 1) and digest in blobs.allowed
 
-    ops = OpsServer("127.0.0.1:0", blobs.store, auth.TokenVerifier(db), run_may_read, asyncio.get_running_loop())
+    ops = OpsServer(
+        "127.0.0.1:0", blobs.store, auth.TokenVerifier(db), BlobAccess(db, run_may_read), asyncio.get_running_loop()
+    )
     ops.start()
     blobs.url = f"http://127.0.0.1:{ops.port}"
     try:
