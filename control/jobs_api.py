@@ -104,9 +104,7 @@ class JobsApi:
     ) -> Submitted:
         try:
             self.submit_rate.check(principal)  # before any admission work is spent on the call
-            workspace = [f.sha256 for f in spec.workspace.files]
-            await self.ctx.db.run(lambda s: blob_access.require_readable(s, principal, workspace, "workspace"))
-            spec = await self.ctx.db.run(lambda s: datasets.pin(s, spec, admission.parse_config(spec)))
+            spec = await self.ctx.db.run(functools.partial(_readable_and_pinned, principal=principal, spec=spec))
             admitted = await asyncio.to_thread(
                 admission.admit,
                 spec,
@@ -117,7 +115,8 @@ class JobsApi:
                 self.ctx.executors,
                 self.hub,
             )
-            await self.ctx.db.run(lambda s: secrets.check_refs(s, spec, principal.user))
+            if spec.secrets:  # no database round trip for the jobs that name none
+                await self.ctx.db.run(lambda s: secrets.check_refs(s, spec, principal.user))
         except errors.StarforgeError as e:
             prom.SUBMISSIONS.labels("refused", e.reason_name).inc()
             raise
@@ -381,3 +380,10 @@ def _label_patterns(labels: Mapping[str, str]) -> list[str]:
         return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
     return [f"%{like_escape(json.dumps(k) + ': ' + json.dumps(v))}%" for k, v in sorted(labels.items())]
+
+
+def _readable_and_pinned(s: Session, *, principal: Principal, spec: job_spec_pb2.JobSpec) -> job_spec_pb2.JobSpec:
+    """One transaction for the two reads a submission needs before admission: its workspace names
+    only blobs the submitter may read, and its datasets pinned to versions."""
+    blob_access.require_readable(s, principal, [f.sha256 for f in spec.workspace.files], "workspace")
+    return datasets.pin(s, spec, admission.parse_config(spec))
