@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,3 +31,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="also run the long soak tests of tests/reliability (marked soak); `make soak` sets it",
     )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs the test twice: its consoles keep their ledger on SQLite, then on PostgreSQL.
+
+    Console-level modules (integration and browser) use it with
+    `pytestmark = pytest.mark.usefixtures("ledger")`."""
+    from tests.integration.console import ledger_backend
+
+    with ledger_backend(request.param):
+        yield request.param

@@ -20,7 +20,8 @@ from control.config import InventoryConfig
 from tests.browser.conftest import Shots, free_port
 from tests.integration.console import Console, console
 
-pytestmark = pytest.mark.browser
+# Each test runs with the console's ledger on SQLite and on PostgreSQL.
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("ledger")]
 
 # Prints a line and reports a loss every 0.2 s for much longer than the test runs.
 TRAIN = """#!/usr/bin/env bash

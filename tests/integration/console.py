@@ -15,7 +15,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +33,41 @@ from common.channel import aio_channel, bearer
 from control import embedded
 from control.app import ControlApp, start_control
 from control.config import ControlConfig, FleetConfig, InventoryConfig
+from tests.db import create_pg_database, drop_pg_database
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+
+# The ledger every `console()` of the running test uses unless it names one: "sqlite" (the
+# embedded default) or "postgres" (a fresh database per console). Set by the `ledger` fixture,
+# which the console-level test modules parametrize over both.
+_ledger_backend = "sqlite"
+
+
+@contextlib.contextmanager
+def ledger_backend(name: str) -> Iterator[None]:
+    """Consoles started inside this block keep their ledger on `name` ("sqlite" or "postgres")."""
+    global _ledger_backend  # noqa: PLW0603 - one test at a time sets it, through the fixture
+    if name not in ("sqlite", "postgres"):
+        raise ValueError(f"unknown ledger backend {name!r}")
+    previous, _ledger_backend = _ledger_backend, name
+    try:
+        yield
+    finally:
+        _ledger_backend = previous
+
+
+@contextlib.contextmanager
+def _ledger_url(explicit: str) -> Iterator[str]:
+    """The console's database URL: `explicit`, else SQLite in its state dir (""), else a fresh
+    PostgreSQL database dropped when the console is gone."""
+    if explicit or _ledger_backend == "sqlite":
+        yield explicit
+        return
+    url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
 
 
 @dataclass
@@ -295,13 +328,19 @@ async def console(
         ],
     )
     cfg = dataclasses.replace(cfg, **overrides)
-    app = await start_control(cfg)
-    token = (cfg.resolved_state_dir / "admin-token").read_text().strip()
-    channel = aio_channel(app.address)
-    c = Console(app, token, root, proc, address, channel, extra={"user": "admin"})
-    try:
-        yield c
-    finally:
-        await channel.close(None)
-        await app.stop(0)
-        embedded.stop_process(proc)
+    with _ledger_url(cfg.database_url) as database_url:
+        cfg = dataclasses.replace(cfg, database_url=database_url)
+        try:
+            app = await start_control(cfg)
+        except BaseException:
+            embedded.stop_process(proc)
+            raise
+        token = (cfg.resolved_state_dir / "admin-token").read_text().strip()
+        channel = aio_channel(app.address)
+        c = Console(app, token, root, proc, address, channel, extra={"user": "admin", "ledger": _ledger_backend})
+        try:
+            yield c
+        finally:
+            await channel.close(None)
+            await app.stop(0)
+            embedded.stop_process(proc)

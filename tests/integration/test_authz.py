@@ -23,6 +23,9 @@ from common.rpc_status import from_rpc_error
 from control import auth
 from tests.integration.console import console
 
+# Console-level: each test runs with its ledger on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("ledger")
+
 SLEEP = "#!/usr/bin/env bash\nsleep 30\n"
 
 

@@ -8,9 +8,13 @@ import os
 import pathlib
 import time
 
+import pytest
 from starforge.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import Console, console
+
+# Console-level: each test runs with its ledger on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("ledger")
 
 SLEEPER = """#!/usr/bin/env bash
 echo started

@@ -7,12 +7,16 @@ import asyncio
 import pathlib
 import time
 
+import pytest
 from sqlalchemy import func, select
 from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.job.v1 import job_state_pb2 as st
 
 from control.db import models as m
 from tests.integration.console import console
+
+# Console-level: each test runs with its ledger on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("ledger")
 
 LAB = pathlib.Path(__file__).resolve().parents[2] / "tools" / "demo_lab"
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
 from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import console
+
+# Console-level: each test runs with its ledger on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("ledger")
 
 TRAIN = '#!/usr/bin/env bash\nset -e\nmkdir -p "$FORGE_OUT_DIR/checkpoints"\necho weights > "$FORGE_OUT_DIR/checkpoints/final.txt"\necho trained\n'
 EXPORT = '#!/usr/bin/env bash\nset -e\ncat "$FORGE_OUT_DIR/checkpoints/final.txt"\ncp "$FORGE_OUT_DIR/checkpoints/final.txt" "$FORGE_OUT_DIR/exported.txt"\necho exported\n'
