@@ -1,0 +1,98 @@
+"""examples/python-client against a real console: list, submit a copy, follow logs, watch states,
+decode error details — run as its own process with only grpcio, grpcio-status and gen/python on its
+path (no StarForge package importable), as a platform team's tool would be."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from starforge.job.v1 import job_state_pb2 as st
+
+from tests.integration.console import REPO, Console, console
+
+EXAMPLE = REPO / "examples" / "python-client" / "starforge_client.py"
+TRAIN = "#!/usr/bin/env bash\nfor i in 1 2 3; do echo line-$i; done\n"
+
+
+async def run_example(c: Console, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The example as its own process, in a thread: the console serves from this event loop."""
+    return await asyncio.to_thread(_run_example, c, *args, token=token)
+
+
+def _run_example(c: Console, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "STARFORGE_ADDRESS": c.address,
+        "STARFORGE_TOKEN": c.token if token is None else token,
+        # Only the generated code: control/, common/, cli/ are not importable (-I also drops the cwd).
+        "PYTHONPATH": str(REPO / "gen" / "python"),
+    }
+    return subprocess.run(
+        [sys.executable, "-I", "-c", _isolated_main(), *args],
+        env=env,
+        cwd=EXAMPLE.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _isolated_main() -> str:
+    # -I ignores PYTHONPATH, so put gen/python on sys.path by hand; drop the checkout and the
+    # venv's editable finder for it, and check that StarForge's own packages are out of reach.
+    return (
+        "import sys, os, runpy; sys.path.insert(0, os.environ['PYTHONPATH']);"
+        f"sys.path[:] = [p for p in sys.path if os.path.realpath(p) != {str(REPO)!r} and '__editable__' not in p];"
+        "sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, '__module__', '')).startswith('__editable__')];"
+        "import importlib.util as u; assert u.find_spec('control') is None, 'StarForge packages leaked';"
+        f"sys.argv = [{str(EXAMPLE)!r}] + sys.argv[1:];"
+        f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')"
+    )
+
+
+async def test_list_copy_follow_watch_and_error_details(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path / "c") as c:
+        original = await c.submit_custom(TRAIN)
+        await c.wait(original.job_id, st.JOB_STATE_SUCCEEDED)
+
+        listed = await run_example(c, "list")
+        assert listed.returncode == 0, listed.stderr
+        assert original.job_id in listed.stdout and "JOB_STATE_SUCCEEDED" in listed.stdout
+
+        copied = await run_example(c, "copy", original.job_id)
+        assert copied.returncode == 0, copied.stderr
+        copy_id = copied.stdout.strip()
+        assert copy_id and copy_id != original.job_id
+
+        watched = await run_example(c, "watch", copy_id)
+        assert watched.returncode == 0, watched.stderr
+        states = watched.stdout.split()
+        assert states[-1] == "JOB_STATE_SUCCEEDED", states
+        assert "JOB_STATE_RUNNING" in states
+
+        logs = await run_example(c, "logs", copy_id)
+        assert logs.returncode == 0, logs.stderr
+        assert [line for line in logs.stdout.splitlines() if line.startswith("line-")] == ["line-1", "line-2", "line-3"]
+
+        got = await run_example(c, "get", copy_id)
+        assert json.loads(got.stdout)["spec"]["experiment"] == "exp"
+
+        # Refusals decode from google.rpc details: an unknown job, then an unknown token.
+        missing = await run_example(c, "get", "no-such-job")
+        assert missing.returncode == 1
+        error = json.loads(missing.stderr)
+        assert error["code"] == "NOT_FOUND"
+        info = next(d for d in error["details"] if d["type"] == "google.rpc.ErrorInfo")
+        assert info["reason"] == "NOT_FOUND" and info["domain"] == "starforge.dev"
+
+        bad = await run_example(c, "list", token="not-a-token")
+        assert bad.returncode == 1
+        error = json.loads(bad.stderr)
+        assert error["code"] == "UNAUTHENTICATED"
+        assert any(d.get("reason") == "BAD_TOKEN" for d in error["details"])
