@@ -9,14 +9,16 @@ export PATH := $(BIN):$(PATH)
 STAMP := $(VENV)/.installed
 APT_STAMP := build/.apt-installed
 WEB_DEPS := web/node_modules/.ci-installed
+NODE_CLIENT := examples/node-client
+NODE_CLIENT_DEPS := $(NODE_CLIENT)/node_modules/.ci-installed
 APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver
 
-.PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web
+.PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web examples
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
 
-test: system-deps venv capsule web lint  ## everything CI runs
+test: system-deps venv capsule web examples lint  ## everything CI runs
 	$(BIN)/python -m pytest -p no:cacheprovider -ra $(PYTEST_ARGS)
 
 setup: system-deps venv capsule
@@ -52,6 +54,15 @@ $(WEB_DEPS): web/package.json web/package-lock.json
 
 web: $(WEB_DEPS)  ## build the web console into web/dist
 	npm run --prefix web build
+
+# examples/: API clients without sf (tests/integration/clients runs them against a real console).
+# The Node client bundles gen/ts with @connectrpc/connect-node, pinned by its package-lock.json.
+$(NODE_CLIENT_DEPS): $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json
+	npm ci --prefix $(NODE_CLIENT) --no-audit --no-fund
+	touch $@
+
+examples: $(NODE_CLIENT_DEPS)  ## build the API client examples (examples/node-client/dist)
+	npm run --prefix $(NODE_CLIENT) build
 
 lint: venv
 	ruff check .

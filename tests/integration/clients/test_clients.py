@@ -1,6 +1,7 @@
-"""examples/python-client against a real console: list, submit a copy, follow logs, watch states,
-decode error details — run as its own process with only grpcio, grpcio-status and gen/python on its
-path (no StarForge package importable), as a platform team's tool would be."""
+"""The API client examples against a real console: list, submit a copy, follow logs, watch states,
+decode error details. Each runs as its own process, as a platform team's tool would:
+examples/python-client with only grpcio, grpcio-status and gen/python on its path (no StarForge
+package importable); examples/node-client as the bundle `make examples` builds, under Node.js."""
 
 from __future__ import annotations
 
@@ -11,20 +12,34 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from starforge.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import REPO, Console, console
 
 EXAMPLE = REPO / "examples" / "python-client" / "starforge_client.py"
+NODE_BUNDLE = REPO / "examples" / "node-client" / "dist" / "client.mjs"
+CLIENTS = ["python", "node"]
 TRAIN = "#!/usr/bin/env bash\nfor i in 1 2 3; do echo line-$i; done\n"
 
 
-async def run_example(c: Console, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+def client_command(client: str) -> list[str]:
+    if client == "node":
+        assert NODE_BUNDLE.exists(), f"{NODE_BUNDLE} is missing: run `make examples`"
+        return ["node", str(NODE_BUNDLE)]
+    return [sys.executable, "-I", "-c", _isolated_main()]
+
+
+async def run_example(
+    c: Console, client: str, *args: str, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """The example as its own process, in a thread: the console serves from this event loop."""
-    return await asyncio.to_thread(_run_example, c, *args, token=token)
+    return await asyncio.to_thread(_run_example, c, client_command(client), *args, token=token)
 
 
-def _run_example(c: Console, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+def _run_example(
+    c: Console, command: list[str], *args: str, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": os.environ["PATH"],
         "STARFORGE_ADDRESS": c.address,
@@ -33,7 +48,7 @@ def _run_example(c: Console, *args: str, token: str | None = None) -> subprocess
         "PYTHONPATH": str(REPO / "gen" / "python"),
     }
     return subprocess.run(
-        [sys.executable, "-I", "-c", _isolated_main(), *args],
+        [*command, *args],
         env=env,
         cwd=EXAMPLE.parent,
         capture_output=True,
@@ -56,42 +71,43 @@ def _isolated_main() -> str:
     )
 
 
-async def test_list_copy_follow_watch_and_error_details(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_list_copy_follow_watch_and_error_details(client: str, tmp_path: pathlib.Path) -> None:
     async with console(tmp_path / "c") as c:
         original = await c.submit_custom(TRAIN)
         await c.wait(original.job_id, st.JOB_STATE_SUCCEEDED)
 
-        listed = await run_example(c, "list")
+        listed = await run_example(c, client, "list")
         assert listed.returncode == 0, listed.stderr
         assert original.job_id in listed.stdout and "JOB_STATE_SUCCEEDED" in listed.stdout
 
-        copied = await run_example(c, "copy", original.job_id)
+        copied = await run_example(c, client, "copy", original.job_id)
         assert copied.returncode == 0, copied.stderr
         copy_id = copied.stdout.strip()
         assert copy_id and copy_id != original.job_id
 
-        watched = await run_example(c, "watch", copy_id)
+        watched = await run_example(c, client, "watch", copy_id)
         assert watched.returncode == 0, watched.stderr
         states = watched.stdout.split()
         assert states[-1] == "JOB_STATE_SUCCEEDED", states
         assert "JOB_STATE_RUNNING" in states
 
-        logs = await run_example(c, "logs", copy_id)
+        logs = await run_example(c, client, "logs", copy_id)
         assert logs.returncode == 0, logs.stderr
         assert [line for line in logs.stdout.splitlines() if line.startswith("line-")] == ["line-1", "line-2", "line-3"]
 
-        got = await run_example(c, "get", copy_id)
+        got = await run_example(c, client, "get", copy_id)
         assert json.loads(got.stdout)["spec"]["experiment"] == "exp"
 
         # Refusals decode from google.rpc details: an unknown job, then an unknown token.
-        missing = await run_example(c, "get", "no-such-job")
+        missing = await run_example(c, client, "get", "no-such-job")
         assert missing.returncode == 1
         error = json.loads(missing.stderr)
         assert error["code"] == "NOT_FOUND"
         info = next(d for d in error["details"] if d["type"] == "google.rpc.ErrorInfo")
         assert info["reason"] == "NOT_FOUND" and info["domain"] == "starforge.dev"
 
-        bad = await run_example(c, "list", token="not-a-token")
+        bad = await run_example(c, client, "list", token="not-a-token")
         assert bad.returncode == 1
         error = json.loads(bad.stderr)
         assert error["code"] == "UNAUTHENTICATED"
