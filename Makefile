@@ -11,7 +11,9 @@ APT_STAMP := build/.apt-installed
 WEB_DEPS := web/node_modules/.ci-installed
 NODE_CLIENT := examples/node-client
 NODE_CLIENT_DEPS := $(NODE_CLIENT)/node_modules/.ci-installed
-APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver
+APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver \
+	golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
+	golang-github-golang-protobuf-1-5-dev
 
 .PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web examples
 
@@ -37,7 +39,7 @@ venv: $(STAMP)
 
 system-deps: $(APT_STAMP)
 
-$(APT_STAMP):
+$(APT_STAMP): Makefile
 	tools/install_system_deps.sh $(APT_PACKAGES)
 	mkdir -p build && touch $@
 

@@ -1,7 +1,8 @@
 """The API client examples against a real console: list, submit a copy, follow logs, watch states,
 decode error details. Each runs as its own process, as a platform team's tool would:
 examples/python-client with only grpcio, grpcio-status and gen/python on its path (no StarForge
-package importable); examples/node-client as the bundle `make examples` builds, under Node.js."""
+package importable); examples/node-client as the bundle `make examples` builds, under Node.js; examples/go-client built
+here from Go code generated from proto/ (buf, protoc-gen-go, protoc-gen-go-grpc) with Debian's Go."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -21,6 +23,39 @@ EXAMPLE = REPO / "examples" / "python-client" / "starforge_client.py"
 NODE_BUNDLE = REPO / "examples" / "node-client" / "dist" / "client.mjs"
 CLIENTS = ["python", "node"]
 TRAIN = "#!/usr/bin/env bash\nfor i in 1 2 3; do echo line-$i; done\n"
+
+
+GO_EXAMPLE = REPO / "examples" / "go-client"
+
+
+@pytest.fixture(scope="module")
+def go_client(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The Go example built against freshly generated Go code, offline, in a GOPATH of its own."""
+    gopath = tmp_path_factory.mktemp("gopath")
+    generate = subprocess.run(
+        ["buf", "generate", "--template", str(GO_EXAMPLE / "buf.gen.yaml"), "-o", str(gopath)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert generate.returncode == 0, generate.stderr
+    shutil.copytree(GO_EXAMPLE, gopath / "src" / "starforge.dev" / "examples" / "go-client")
+    binary = gopath / "bin" / "go-client"
+    env = dict(
+        os.environ,
+        GOPATH=f"{gopath}:/usr/share/gocode",  # Debian's golang-*-dev sources: no download
+        GO111MODULE="off",
+        GOCACHE=str(gopath / "cache"),
+        GOFLAGS="",
+    )
+    for args in (
+        ["vet", "starforge.dev/api/gen/go/..."],
+        ["build", "-o", str(binary), "starforge.dev/examples/go-client"],
+    ):
+        built = subprocess.run(["go", *args], cwd=gopath, env=env, capture_output=True, text=True, check=False)
+        assert built.returncode == 0, f"go {' '.join(args)}:\n{built.stderr}"
+    return binary
 
 
 def client_command(client: str) -> list[str]:
@@ -112,3 +147,30 @@ async def test_list_copy_follow_watch_and_error_details(client: str, tmp_path: p
         error = json.loads(bad.stderr)
         assert error["code"] == "UNAUTHENTICATED"
         assert any(d.get("reason") == "BAD_TOKEN" for d in error["details"])
+
+
+async def test_go_client_lists_watches_and_decodes_error_details(
+    go_client: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    async with console(tmp_path / "c") as c:
+        job = await c.submit_custom(TRAIN)
+
+        watched = await asyncio.to_thread(_run_example, c, [str(go_client)], "watch", job.job_id)
+        assert watched.returncode == 0, watched.stderr
+        states = watched.stdout.split()
+        assert states[-1] == "JOB_STATE_SUCCEEDED" and "JOB_STATE_RUNNING" in states, states
+
+        listed = await asyncio.to_thread(_run_example, c, [str(go_client)], "list")
+        assert listed.returncode == 0, listed.stderr
+        assert f"{job.job_id}\tJOB_STATE_SUCCEEDED\tcustom/custom" in listed.stdout
+
+        got = await asyncio.to_thread(_run_example, c, [str(go_client)], "get", job.job_id)
+        assert json.loads(got.stdout)["jobId"] == job.job_id
+
+        missing = await asyncio.to_thread(_run_example, c, [str(go_client)], "get", "no-such-job")
+        assert missing.returncode == 1
+        error = json.loads(missing.stderr)
+        assert error["code"] == "NOT_FOUND"
+        assert {"type": "google.rpc.ErrorInfo", "reason": "NOT_FOUND", "domain": "starforge.dev"}.items() <= next(
+            d for d in error["details"] if d["type"] == "google.rpc.ErrorInfo"
+        ).items()
