@@ -38,6 +38,7 @@ MAX_LINK_TARGET = 4096
 DEFAULT_PAGE = 200
 MAX_PAGE = 1000
 CHUNK_BYTES = 1024 * 1024
+PAGE_TEXT_BYTES = 2 * 1024 * 1024
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -214,9 +215,9 @@ class Lister:
         if page_token:
             split_path(page_token, "page_token")
         found = [f for f in _walk(root) if f.path > page_token]
-        chosen = found[:size]
+        chosen = _within_budget(found[:size])
         entries = [self._entry(root, f) for f in chosen]
-        more = len(found) > size
+        more = len(found) > len(chosen)
         return Page(entries, chosen[-1].path if more and chosen else "")
 
     def _entry(self, root: Path, f: _Found) -> Entry:
@@ -247,6 +248,17 @@ class Lister:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = digest
         return digest
+
+
+def _within_budget(found: list[_Found]) -> list[_Found]:
+    """The leading entries whose names and link targets fit `PAGE_TEXT_BYTES` (at least one), so
+    that a page of long paths stays far below gRPC's 4 MiB message limit on every hop."""
+    used = 0
+    for i, f in enumerate(found):
+        used += len(f.path) + len(f.link_target or "") + 200  # + digest, size, time, framing
+        if used > PAGE_TEXT_BYTES and i > 0:
+            return found[:i]
+    return found
 
 
 def _page_size(page_size: int) -> int:

@@ -125,3 +125,23 @@ def test_split_path() -> None:
     assert split_path("..a/b..") == ["..a", "b.."]
     with pytest.raises(errors.InvalidArgument):
         split_path("x" * 4097)
+
+
+def test_a_page_of_long_names_stays_small(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    long_dir = tmp_path / ("d" * 200) / ("e" * 200)
+    long_dir.mkdir(parents=True)
+    for i in range(40):
+        (long_dir / f"{i:03d}{'f' * 200}").write_text("x")
+    budget = 10_000
+    monkeypatch.setattr(out_files, "PAGE_TEXT_BYTES", budget)
+    lister = out_files.Lister()
+    token, total, pages = "", 0, 0
+    while True:
+        page = lister.page(tmp_path, 1000, token)
+        pages += 1
+        total += len(page.entries)
+        assert sum(len(e.path) + 200 for e in page.entries) <= budget
+        token = page.next_page_token
+        if not token:
+            break
+    assert total == 40 and pages > 1
