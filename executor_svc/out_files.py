@@ -153,19 +153,35 @@ class _Found:
 
 
 def _walk(root: Path) -> list[_Found]:
-    """Every regular file and link under `root`, sorted by path; directories entered by fd."""
+    """Every regular file and link under `root`, sorted by path; directories entered by fd.
+    Every name seen (directories and skipped files too) counts towards `MAX_ENTRIES`."""
     found: list[_Found] = []
     fd = _open_root(root)
-    _walk_dir(fd, "", 0, found)
+    _walk_dir(fd, "", 0, found, [0])
     found.sort(key=lambda f: f.path)
     return found
 
 
-def _walk_dir(fd: int, prefix: str, depth: int, found: list[_Found]) -> None:
+def _too_many() -> errors.FailedPrecondition:
+    return errors.FailedPrecondition(
+        f"the job's out dir holds more than {MAX_ENTRIES} entries; only smaller out dirs are listed"
+    )
+
+
+def _names(fd: int, seen: list[int]) -> list[str]:
+    names: list[str] = []
+    with os.scandir(fd) as it:
+        for e in it:
+            seen[0] += 1
+            if seen[0] > MAX_ENTRIES:
+                raise _too_many()
+            names.append(e.name)
+    return sorted(names)
+
+
+def _walk_dir(fd: int, prefix: str, depth: int, found: list[_Found], seen: list[int]) -> None:
     try:
-        with os.scandir(fd) as it:
-            names = sorted(e.name for e in it)
-        for name in names:
+        for name in _names(fd, seen):
             if not _utf8(name):
                 continue  # cannot travel in a proto string; never listed, never served
             try:
@@ -183,11 +199,7 @@ def _walk_dir(fd: int, prefix: str, depth: int, found: list[_Found]) -> None:
                     sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError:
                     continue  # replaced by a link or removed meanwhile: not followed
-                _walk_dir(sub, f"{path}/", depth + 1, found)
-            if len(found) > MAX_ENTRIES:
-                raise errors.FailedPrecondition(
-                    f"the job's out dir holds more than {MAX_ENTRIES} files; only smaller out dirs are listed"
-                )
+                _walk_dir(sub, f"{path}/", depth + 1, found, seen)
     finally:
         os.close(fd)
 

@@ -118,6 +118,13 @@ def test_bounds(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(out_files, "MAX_ENTRIES", 3)
     with pytest.raises(errors.FailedPrecondition):
         out_files.Lister().page(tmp_path, 0, "")
+    # empty directories count too: a job cannot make the walk endless with them
+    only_dirs = tmp_path / "dirs"
+    only_dirs.mkdir()
+    for i in range(4):
+        (only_dirs / f"d{i}").mkdir()
+    with pytest.raises(errors.FailedPrecondition):
+        out_files.Lister().page(only_dirs, 0, "")
 
 
 def test_split_path() -> None:
