@@ -9,10 +9,10 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-from starforge.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
+from starforge.job.v1 import artifact_pb2, job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
 
 from cli.follow import state_name, state_style
-from cli.output import age, sparkline, timestamp_text
+from cli.output import age, human_bytes, sparkline, timestamp_text
 
 
 def _enum(value: int, enum: object, prefix: str) -> str:
@@ -263,3 +263,28 @@ def samples_table(samples: Sequence[telemetry_pb2.Sample], width: int) -> Table:
         reward = f"{s.reward:.4g}" if s.HasField("reward") else "-"
         table.add_row(str(s.step), reward, short(s.prompt), short(s.completion))
     return table
+
+
+def artifacts_table(found: Sequence[artifact_pb2.Artifact]) -> Table:
+    """`sf job artifacts`: path, size, sha256 (a link shows its target instead)."""
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    t.add_column("PATH", overflow="fold")
+    t.add_column("SIZE", justify="right", no_wrap=True)
+    t.add_column("SHA256", no_wrap=True, min_width=64)  # whole: it is what a user compares
+    for a in found:
+        if a.kind == artifact_pb2.ARTIFACT_KIND_SYMLINK:
+            t.add_row(Text(a.path), "link", Text(f"-> {a.link_target}", style="dim"))
+        else:
+            t.add_row(Text(a.path), human_bytes(a.size), a.sha256)
+    return t
+
+
+def artifact_lines(found: Sequence[artifact_pb2.Artifact]) -> list[str]:
+    """`sf job artifacts` into a pipe: "<sha256>  <bytes>  <path>" per file (as sha256sum, plus
+    the size), "<link>  0  <path> -> <target>" per link; never folded."""
+    return [
+        f"{'link':<64}  0  {a.path} -> {a.link_target}"
+        if a.kind == artifact_pb2.ARTIFACT_KIND_SYMLINK
+        else f"{a.sha256}  {a.size}  {a.path}"
+        for a in found
+    ]

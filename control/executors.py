@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,9 @@ from common.rpc_status import from_rpc_error
 from control.config import FleetConfig
 
 log = logging.getLogger("starforge.executors")
+
+ARTIFACT_LIST_SECONDS = 300.0
+ARTIFACT_READ_SECONDS = 6 * 3600.0  # one file of a checkpoint, however large
 
 
 @dataclass
@@ -145,6 +149,28 @@ class ExecutorPool:
     async def cleanup(self, fleet: str, attempt_id: str) -> int:
         r: ex.CleanupResponse = await self._call(fleet, "Cleanup", ex.CleanupRequest(attempt_id=attempt_id))  # type: ignore[assignment]
         return r.removed
+
+    async def list_artifacts(self, fleet: str, request: ex.ListArtifactsRequest) -> ex.ListArtifactsResponse:
+        # A first listing hashes the files of the page on the executor: more than a control call.
+        return await self._call(fleet, "ListArtifacts", request, timeout=max(self.deadline, ARTIFACT_LIST_SECONDS))  # type: ignore[return-value]
+
+    async def read_artifact(
+        self, fleet: str, request: ex.ReadArtifactRequest
+    ) -> AsyncIterator[ex.ReadArtifactResponse]:
+        """The executor's chunks of one file; errors rebuilt as StarforgeErrors."""
+        st = self.status.get(fleet)
+        if st is None:
+            raise errors.NotFound(f"no fleet named {fleet!r}")
+        if st.misconfigured:
+            raise errors.FailedPrecondition(st.misconfigured)
+        call = self.stub(fleet).ReadArtifact(request, metadata=self._md(fleet), timeout=ARTIFACT_READ_SECONDS)
+        try:
+            async for chunk in call:
+                yield chunk
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()
 
     async def close(self) -> None:
         for ch in self._channels.values():

@@ -35,7 +35,7 @@ class Submitted:
     warnings: list[str]
 
 
-def _visible(s: Session, principal: Principal, job_id: str) -> m.Job:
+def visible_job(s: Session, principal: Principal, job_id: str) -> m.Job:
     if job_id == "latest":
         job = s.scalars(
             select(m.Job).where(m.Job.owner == principal.user).order_by(m.Job.created_at.desc()).limit(1)
@@ -175,7 +175,7 @@ class JobsApi:
         )
 
     async def get(self, principal: Principal, job_id: str) -> job_pb2.Job:
-        return await self.ctx.db.run(lambda s: job_proto(s, _visible(s, principal, job_id)))
+        return await self.ctx.db.run(lambda s: job_proto(s, visible_job(s, principal, job_id)))
 
     async def list_jobs(
         self,
@@ -233,7 +233,7 @@ class JobsApi:
 
     async def _control(self, principal: Principal, job_id: str, what: str, reason: str) -> job_pb2.Job:
         def apply(s: Session) -> tuple[job_pb2.Job, tuple[str, str] | None]:
-            job = _visible(s, principal, job_id)
+            job = visible_job(s, principal, job_id)
             job = jobs.get_job(s, job.id, for_update=True)
             target = sm.STOPPED if what == "stop" else sm.PAUSED
             if job.state == target:
@@ -265,7 +265,7 @@ class JobsApi:
         """`resume` (PAUSED/STOPPED) or `retry` (FAILED): a new attempt of the same run."""
 
         def apply(s: Session) -> job_pb2.Job:
-            job = jobs.get_job(s, _visible(s, principal, job_id).id, for_update=True)
+            job = jobs.get_job(s, visible_job(s, principal, job_id).id, for_update=True)
             allowed = (sm.PAUSED, sm.STOPPED) if what == "resume" else (sm.FAILED,)
             if job.state not in allowed:
                 want = " or ".join(sm.name(x) for x in allowed)
@@ -291,7 +291,7 @@ class JobsApi:
         after: logs.Cursor | None = None,
     ) -> AsyncIterator[tuple[list[telemetry_pb2.LogLine], int]]:
         """Yields (lines, final_state) batches; final_state is set on the last batch of a follow."""
-        job = await self.ctx.db.run(lambda s: _visible(s, principal, job_id))
+        job = await self.ctx.db.run(lambda s: visible_job(s, principal, job_id))
         jid = job.id
         if tail_lines < 0:
             raise errors.InvalidArgument("tail_lines must not be negative")
@@ -325,7 +325,7 @@ class JobsApi:
     async def watch(
         self, principal: Principal, job_id: str, after_sequence: int = 0
     ) -> AsyncIterator[tuple[job_pb2.JobEvent, job_pb2.Job]]:
-        job = await self.ctx.db.run(lambda s: _visible(s, principal, job_id))
+        job = await self.ctx.db.run(lambda s: visible_job(s, principal, job_id))
         jid = job.id
         seq = after_sequence
         while True:
@@ -352,14 +352,14 @@ class JobsApi:
         self, principal: Principal, job_id: str, names: Sequence[str], max_points: int, after_step: int
     ) -> list[telemetry_pb2.MetricSeries]:
         def read(s: Session) -> list[telemetry_pb2.MetricSeries]:
-            job = _visible(s, principal, job_id)
+            job = visible_job(s, principal, job_id)
             return metrics.series(s, job.id, names, after_step=after_step, max_points=max_points)
 
         return await self.ctx.db.run(read)
 
     async def samples(self, principal: Principal, job_id: str, limit: int) -> list[telemetry_pb2.Sample]:
         def read(s: Session) -> list[telemetry_pb2.Sample]:
-            job = _visible(s, principal, job_id)
+            job = visible_job(s, principal, job_id)
             return metrics.samples(s, job.id, limit or 100)
 
         return await self.ctx.db.run(read)

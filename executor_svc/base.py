@@ -13,18 +13,29 @@ Shared semantics (tests in tests/integration/executors check them on every kind)
   a restart of the executor finds exactly its own attempts.
 - `observe` maps the backend's own states onto the ledger's `JobState`; it never returns a
   backend's raw state except in `message`.
+
+Optional capability ARTIFACTS (`list_artifacts`, `read_artifact`): serve what a job left in its
+FORGE_OUT_DIR. The job's code wrote that directory, so nothing in it is trusted: paths are
+relative without "." or "..", no link is ever followed (links are listed as links), only regular
+files are read, and listings are bounded (`executor_svc.out_files` does all of this for kinds
+whose out dirs are on a file system the executor can open).
 """
 
 from __future__ import annotations
 
 import abc
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from starforge.executor.v1 import executor_service_pb2 as ex_pb
 from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge.job.v1 import artifact_pb2
 from starforge.job.v1 import job_state_pb2 as st
+
+from common import errors
+from executor_svc.attempt_dirs import check_id
+from executor_svc.out_files import Entry, Page
 
 LABEL_JOB = "starforge.dev/job-id"
 LABEL_ATTEMPT = "starforge.dev/attempt-id"
@@ -80,6 +91,24 @@ class Observation:
     @classmethod
     def missing(cls, attempt_id: str) -> Observation:
         return cls(attempt_id=attempt_id, not_found=True, message="no such attempt on this backend")
+
+
+@dataclass(frozen=True)
+class OutDirRef:
+    """Which FORGE_OUT_DIR an artifact call means: the attempt that ran last, its out key (the
+    LaunchRequest's `out_key`, or its job id) and the node it ran on (for kinds with nodes)."""
+
+    attempt_id: str
+    out_key: str
+    node: str = ""
+
+    def checked(self) -> OutDirRef:
+        """Itself when its ids are safe as directory names (an empty attempt id is allowed: a
+        node's forgelet is asked by out key alone), else InvalidArgument."""
+        if self.attempt_id:
+            check_id(self.attempt_id, "attempt_id")
+        check_id(self.out_key, "out_key")
+        return self
 
 
 @dataclass(frozen=True)
@@ -151,6 +180,33 @@ class Executor(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients and background tasks. Optional."""
 
+    # -- optional capability ARTIFACTS ---------------------------------------------------------
+
+    async def list_artifacts(self, ref: OutDirRef, page_size: int, page_token: str) -> Page:
+        """One page of the regular files and links in `ref`'s FORGE_OUT_DIR, sorted by path,
+        after `page_token` (the previous page's `next_page_token`). Links are listed with their
+        target text and never followed; other file types are left out. Kinds that declare
+        EXECUTOR_CAPABILITY_ARTIFACTS override this.
+
+        Raise `InvalidArgument` for unsafe ids, page size or token, `NotFound` when there is no
+        such out dir here, `FailedPrecondition` when the kind cannot serve artifacts or the out
+        dir holds more entries than `out_files.MAX_ENTRIES`, `Unavailable` when the backend or
+        node cannot be reached.
+        """
+        raise errors.FailedPrecondition(f"the {self.kind} executor cannot serve artifacts")
+
+    async def read_artifact(self, ref: OutDirRef, path: str, offset: int) -> AsyncIterator[tuple[int, bytes, int]]:
+        """Yield (offset, data, size at open) chunks of the regular file `path` of `ref`'s
+        FORGE_OUT_DIR from `offset` to its end, at most `out_files.CHUNK_BYTES` each.
+
+        Raise `InvalidArgument` for a path that is absolute, has empty, "." or ".." parts, or an
+        offset beyond the size; `NotFound` when there is no such file; `FailedPrecondition` when
+        the path (or a directory on the way) is a link, is not a regular file, or the kind
+        cannot serve artifacts; `Unavailable` when the backend cannot be reached.
+        """
+        raise errors.FailedPrecondition(f"the {self.kind} executor cannot serve artifacts")
+        yield 0, b"", 0  # pragma: no cover - makes this an async generator
+
 
 def capabilities_to_proto(caps: Capabilities) -> ex_pb.DescribeCapabilitiesResponse:
     """Domain -> proto for DescribeCapabilities."""
@@ -185,3 +241,28 @@ def observation_to_proto(o: Observation) -> ex_pb.Observation:
     if o.end_time is not None:
         msg.end_time.FromDatetime(o.end_time)
     return msg
+
+
+def entry_to_proto(e: Entry) -> artifact_pb2.Artifact:
+    """Domain -> proto for ListArtifacts."""
+    msg = artifact_pb2.Artifact(path=e.path, size=e.size, sha256=e.sha256)
+    if e.link_target is None:
+        msg.kind = artifact_pb2.ARTIFACT_KIND_FILE
+    else:
+        msg.kind = artifact_pb2.ARTIFACT_KIND_SYMLINK
+        msg.link_target = e.link_target
+    msg.modify_time.FromDatetime(e.mtime)
+    return msg
+
+
+def entry_from_proto(msg: artifact_pb2.Artifact) -> Entry:
+    """Proto -> domain, the inverse of `entry_to_proto`."""
+    mtime = dt.datetime.fromtimestamp(msg.modify_time.seconds + msg.modify_time.nanos / 1e9, dt.UTC)
+    link = msg.link_target if msg.kind == artifact_pb2.ARTIFACT_KIND_SYMLINK else None
+    return Entry(msg.path, msg.size, mtime, msg.sha256, link)
+
+
+def page_to_proto(page: Page) -> ex_pb.ListArtifactsResponse:
+    return ex_pb.ListArtifactsResponse(
+        artifacts=[entry_to_proto(e) for e in page.entries], next_page_token=page.next_page_token
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starforge.executor.v1 import executor_service_pb2 as ex_pb
@@ -9,7 +10,7 @@ from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
 from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import authn, errors
-from executor_svc.base import Executor, capabilities_to_proto, observation_to_proto
+from executor_svc.base import Executor, OutDirRef, capabilities_to_proto, observation_to_proto, page_to_proto
 
 DEFAULT_GRACE_SECONDS = 10.0
 
@@ -53,6 +54,17 @@ class ExecutorServicer(ex_grpc.ExecutorServiceServicer):
     async def ListAttempts(self, request: ex_pb.ListAttemptsRequest, context: Any) -> ex_pb.ListAttemptsResponse:
         found = await self._executor.list_attempts()
         return ex_pb.ListAttemptsResponse(observations=[observation_to_proto(o) for o in found])
+
+    async def ListArtifacts(self, request: ex_pb.ListArtifactsRequest, context: Any) -> ex_pb.ListArtifactsResponse:
+        ref = OutDirRef(request.attempt_id, request.out_key, request.node).checked()
+        return page_to_proto(await self._executor.list_artifacts(ref, request.page_size, request.page_token))
+
+    async def ReadArtifact(
+        self, request: ex_pb.ReadArtifactRequest, context: Any
+    ) -> AsyncIterator[ex_pb.ReadArtifactResponse]:
+        ref = OutDirRef(request.attempt_id, request.out_key, request.node).checked()
+        async for offset, data, size in self._executor.read_artifact(ref, request.path, request.offset):
+            yield ex_pb.ReadArtifactResponse(offset=offset, data=data, size=size)
 
 
 # Launch carries the workspace's file manifest (about 120 bytes a file).

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
 from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
 
 from common import authn, errors
-from executor_svc.base import LaunchResult, observation_to_proto
+from executor_svc.base import LaunchResult, OutDirRef, entry_to_proto, observation_to_proto
 from forgelet.node import Node
 
 log = logging.getLogger("starforge.forgelet.service")
@@ -91,6 +91,20 @@ class ForgeletServicer(fl_grpc.ForgeletServiceServicer):
         ids = [a for a, was_running in zip(active, stopped, strict=True) if was_running]
         log.info("node %s drained: stopped %d attempts %s", self.node.name, len(ids), ids)
         return fl_pb.DrainResponse(stopped_attempt_ids=ids)
+
+    async def ListArtifacts(self, request: fl_pb.ListArtifactsRequest, context: Any) -> fl_pb.ListArtifactsResponse:
+        ref = OutDirRef("", request.out_key).checked()
+        page = await self.node.executor.list_artifacts(ref, request.page_size, request.page_token)
+        return fl_pb.ListArtifactsResponse(
+            artifacts=[entry_to_proto(e) for e in page.entries], next_page_token=page.next_page_token
+        )
+
+    async def ReadArtifact(
+        self, request: fl_pb.ReadArtifactRequest, context: Any
+    ) -> AsyncIterator[fl_pb.ReadArtifactResponse]:
+        ref = OutDirRef("", request.out_key).checked()
+        async for offset, data, size in self.node.executor.read_artifact(ref, request.path, request.offset):
+            yield fl_pb.ReadArtifactResponse(offset=offset, data=data, size=size)
 
 
 # StartAttempt carries the LaunchRequest with the workspace's file manifest.

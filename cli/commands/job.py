@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
 from starforge.control.v1 import control_service_pb2
 from starforge.job.v1 import job_pb2, job_state_pb2
 
-from cli import render
+from cli import artifacts, render
 from cli.client import Client
 from cli.commands.common import OutputOpt
 from cli.context import app_state
 from cli.errors import usage
 from cli.follow import exit_code_for, follow_logs, resolve_job_id, state_name, watch_job
-from cli.output import Output, message_to_dict
+from cli.output import Output, human_bytes, message_to_dict
 
 app = typer.Typer(
     help="List, inspect, follow and control jobs. Example: `sf job ls --state running`.",
@@ -399,3 +400,65 @@ def samples_cmd(
         out.info("no samples reported (yet)")
     else:
         out.show(render.samples_table(resp.samples, width))
+
+
+@app.command("artifacts")
+def artifacts_cmd(ctx: typer.Context, job_id: JobIdArg = "latest", output: OutputOpt = None) -> None:
+    """List what a job left in its FORGE_OUT_DIR (checkpoints, exports, eval results): path, size,
+    sha256. Links the job created are listed as links; they are never followed or downloaded.
+    Into a pipe it prints `<sha256>  <bytes>  <path>` lines.
+
+    Example: `sf job artifacts latest -o json`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    found, attempt_id = artifacts.list_all(st.client(), job_id)
+    if out.json:
+        out.data({"job_id": job_id, "attempt_id": attempt_id, "artifacts": [artifacts.artifact_dict(a) for a in found]})
+    elif not found:
+        out.info(f"no artifacts: the out dir of attempt {attempt_id} is empty")
+    elif out.stdout_tty:
+        out.show(render.artifacts_table(found))
+    else:
+        for line in render.artifact_lines(found):
+            out.line(line)
+
+
+@app.command("download")
+def download_cmd(
+    ctx: typer.Context,
+    job_id: JobIdArg,
+    path: Annotated[
+        str,
+        typer.Argument(help="A file, or a directory (all files under it); empty for all.", metavar="PATH"),
+    ] = "",
+    to: Annotated[
+        Path, typer.Option("--to", help="Directory to write into (paths below it as in the out dir).")
+    ] = Path("."),
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace local files whose content differs from the job's.")
+    ] = False,
+    output: OutputOpt = None,
+) -> None:
+    """Download artifacts of a job through the console, from whichever executor holds them.
+
+    An interrupted download continues where it stopped (the `.sfpart` file), and every file is
+    checked against its sha256 before it takes its name. Links are never downloaded.
+
+    Example: `sf job download latest checkpoints/step-100 --to ./ckpt`
+    """
+    st = app_state(ctx)
+    out = st.output(output)
+    if to.exists() and not to.is_dir():
+        raise usage(f"--to {to}: not a directory")
+    client = st.client()
+    found, attempt_id = artifacts.list_all(client, job_id)
+    chosen = artifacts.select(found, path)
+    fetched = artifacts.download(client, job_id, chosen, to, out, overwrite=overwrite)
+    if out.json:
+        out.data({"job_id": job_id, "attempt_id": attempt_id, "to": str(to), "files": [f.as_dict() for f in fetched]})
+        return
+    for f in fetched:
+        note = f" (resumed at {human_bytes(f.resumed_from)})" if f.status == "resumed" else ""
+        out.info(f"{f.status} {f.path} {human_bytes(f.size)}{note}")
+    out.success(f"{len(fetched)} file(s) in {to}")

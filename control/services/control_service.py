@@ -11,6 +11,7 @@ from starforge.control.v1 import control_service_pb2_grpc as pb_grpc
 
 from common import __version__, errors
 from control import auth
+from control.artifacts import JobArtifacts
 from control.context import Context
 from control.jobs_api import JobsApi
 
@@ -25,6 +26,7 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.api = JobsApi(ctx)
+        self.artifacts = JobArtifacts(ctx)
 
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: Any) -> pb.SubmitJobResponse:
         r = await self.api.submit(auth.current(), request.spec, request.request_id, request.dry_run)
@@ -107,3 +109,17 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
             time=now,
             runner_digest=self.ctx.assets.runner_digest,
         )
+
+    async def ListJobArtifacts(self, request: pb.ListJobArtifactsRequest, context: Any) -> pb.ListJobArtifactsResponse:
+        artifacts, token, attempt_id = await self.artifacts.list(
+            auth.current(), _require(request.job_id, "job_id"), request.page_size, request.page_token
+        )
+        return pb.ListJobArtifactsResponse(artifacts=artifacts, next_page_token=token, attempt_id=attempt_id)
+
+    async def DownloadJobArtifact(
+        self, request: pb.DownloadJobArtifactRequest, context: Any
+    ) -> AsyncIterator[pb.DownloadJobArtifactResponse]:
+        async for offset, data, size in self.artifacts.download(
+            auth.current(), _require(request.job_id, "job_id"), _require(request.path, "path"), request.offset
+        ):
+            yield pb.DownloadJobArtifactResponse(offset=offset, data=data, size=size)

@@ -9,7 +9,7 @@ expected to fix it, and the control plane retries meanwhile.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -104,6 +104,16 @@ class ForgeletClients:
             return await getattr(self._stub(address), method)(
                 request, metadata=_metadata(self._token), timeout=timeout or self._timeout
             )
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def stream(self, address: str, method: str, request: Any, timeout: float) -> AsyncIterator[Any]:
+        """The responses of a server-streaming call, errors rebuilt as for `call`."""
+        try:
+            async for response in getattr(self._stub(address), method)(
+                request, metadata=_metadata(self._token), timeout=timeout
+            ):
+                yield response
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from None
 

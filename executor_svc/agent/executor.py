@@ -21,7 +21,7 @@ import math
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from starforge.executor.v1 import executor_service_pb2 as ex_pb
@@ -37,7 +37,16 @@ from executor_svc.agent import placement
 from executor_svc.agent.clients import ForgeletClients, RegistryClient, observation_from_proto
 from executor_svc.agent.config import AgentConfig
 from executor_svc.agent.state import Placement, PlacementBook
-from executor_svc.base import Capabilities, Executor, LaunchResult, Observation, SeriesInventory
+from executor_svc.base import (
+    Capabilities,
+    Executor,
+    LaunchResult,
+    Observation,
+    OutDirRef,
+    SeriesInventory,
+    entry_from_proto,
+)
+from executor_svc.out_files import Page
 
 log = logging.getLogger("starforge.executor.agent")
 
@@ -45,6 +54,8 @@ VERSION = "0.1.0"
 ACTIVE = (st.JOB_STATE_PENDING, st.JOB_STATE_RUNNING)
 UNREACHABLE = (errors.Unavailable, errors.DeadlineExceeded)
 STRAY_STOP_GRACE_SECONDS = 10
+ARTIFACT_LIST_TIMEOUT_SECONDS = 300.0  # a first listing hashes every file of the page
+ARTIFACT_READ_TIMEOUT_SECONDS = 6 * 3600.0  # one file of a checkpoint, however large
 
 
 def _node_refused(exc: errors.StarforgeError) -> bool:
@@ -148,7 +159,7 @@ class AgentExecutor(Executor):
         ]
         if self.cfg.runtime == "process" or not by_series:
             inventory.append(SeriesInventory("cpu", len(ready), 0, 0))
-        caps = {ex_pb.EXECUTOR_CAPABILITY_PAUSE}
+        caps = {ex_pb.EXECUTOR_CAPABILITY_PAUSE, ex_pb.EXECUTOR_CAPABILITY_ARTIFACTS}
         if self.cfg.runtime == "docker":
             caps |= {ex_pb.EXECUTOR_CAPABILITY_IMAGES, ex_pb.EXECUTOR_CAPABILITY_GPUS}
         elif by_series:
@@ -447,6 +458,27 @@ class AgentExecutor(Executor):
             if p.attempt_id not in found and p.node not in reachable:
                 found[p.attempt_id] = self._unreachable(p.attempt_id, p.node, "did not answer ListAttempts")
         return [found[a] for a in sorted(found)]
+
+    # -- artifacts (EXECUTOR_CAPABILITY_ARTIFACTS): served by the node that ran the attempt ------
+
+    async def _artifact_node(self, ref: OutDirRef) -> str:
+        node = ref.node or await self._node_of(ref.attempt_id)
+        if not node:
+            raise errors.NotFound(f"no node of fleet {self.cfg.fleet} is known to have run {ref.attempt_id}")
+        return node
+
+    async def list_artifacts(self, ref: OutDirRef, page_size: int, page_token: str) -> Page:
+        node = await self._artifact_node(ref)
+        request = fl_pb.ListArtifactsRequest(out_key=ref.out_key, page_size=page_size, page_token=page_token)
+        r = await self._call(node, "ListArtifacts", request, timeout=ARTIFACT_LIST_TIMEOUT_SECONDS)
+        return Page([entry_from_proto(a) for a in r.artifacts], r.next_page_token)
+
+    async def read_artifact(self, ref: OutDirRef, path: str, offset: int) -> AsyncIterator[tuple[int, bytes, int]]:
+        node = await self._artifact_node(ref)
+        address = await self._address(node)
+        request = fl_pb.ReadArtifactRequest(out_key=ref.out_key, path=path, offset=offset)
+        async for r in self.forgelets.stream(address, "ReadArtifact", request, ARTIFACT_READ_TIMEOUT_SECONDS):
+            yield r.offset, r.data, r.size
 
     async def close(self) -> None:
         await self.registry.close()

@@ -17,7 +17,7 @@ import shutil
 import socket
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from starforge.executor.v1 import executor_service_pb2 as ex_pb
@@ -26,9 +26,17 @@ from starforge.job.v1 import job_spec_pb2 as spec_pb
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
-from executor_svc import bundle
+from executor_svc import bundle, out_files
 from executor_svc.attempt_dirs import check_id
-from executor_svc.base import Capabilities, Executor, LaunchResult, Observation, SeriesInventory, out_key
+from executor_svc.base import (
+    Capabilities,
+    Executor,
+    LaunchResult,
+    Observation,
+    OutDirRef,
+    SeriesInventory,
+    out_key,
+)
 from executor_svc.capsule_env import stop_grace
 from executor_svc.local.config import LocalConfig
 from executor_svc.local.docker_runtime import DockerRuntime
@@ -66,6 +74,7 @@ class LocalExecutor(Executor):
         self.node = cfg.node_name or socket.gethostname()
         self.runtime = runtime or make_runtime(cfg, self.layout, self.node)
         self.pool = GpuPool(cfg.inventory)
+        self._lister = out_files.Lister()
         self._launch_lock = asyncio.Lock()
         self._attempt_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # Attempts whose Launch is in progress: observed as PENDING, not as "never started".
@@ -146,7 +155,7 @@ class LocalExecutor(Executor):
         await self.runtime.ping()
         async with self._launch_lock:
             await self.pool.release_ended(self._still_running)
-        caps = {ex_pb.EXECUTOR_CAPABILITY_PAUSE, *self.runtime.capabilities}
+        caps = {ex_pb.EXECUTOR_CAPABILITY_PAUSE, ex_pb.EXECUTOR_CAPABILITY_ARTIFACTS, *self.runtime.capabilities}
         if any(s.indices() for s in self.cfg.inventory):
             caps.add(ex_pb.EXECUTOR_CAPABILITY_GPUS)
         return Capabilities(
@@ -398,6 +407,16 @@ class LocalExecutor(Executor):
         if removed:
             log.info("cleaned up %s (%d objects)", attempt_id, removed)
         return removed
+
+    # -- artifacts (EXECUTOR_CAPABILITY_ARTIFACTS) --------------------------------------------
+
+    async def list_artifacts(self, ref: OutDirRef, page_size: int, page_token: str) -> out_files.Page:
+        root = self.layout.out_dir(ref.out_key)
+        return await asyncio.to_thread(self._lister.page, root, page_size, page_token)
+
+    async def read_artifact(self, ref: OutDirRef, path: str, offset: int) -> AsyncIterator[tuple[int, bytes, int]]:
+        async for chunk in out_files.stream_file(self.layout.out_dir(ref.out_key), path, offset):
+            yield chunk
 
     async def list_attempts(self) -> list[Observation]:
         ids = set(await asyncio.to_thread(self.layout.attempt_ids))

@@ -16,7 +16,7 @@ import os
 import shutil
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,7 +25,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
-from executor_svc import bundle
+from executor_svc import bundle, out_files
 from executor_svc.attempt_dirs import check_id
 from executor_svc.base import (
     LABEL_ATTEMPT,
@@ -35,6 +35,7 @@ from executor_svc.base import (
     Executor,
     LaunchResult,
     Observation,
+    OutDirRef,
     SeriesInventory,
     labels_for,
     out_key,
@@ -79,6 +80,7 @@ class SlurmExecutor(Executor):
         self.client = client
         self.tokens = tokens
         self.layout = Layout(cfg.staging_dir, cfg.out_dir)
+        self._lister = out_files.Lister()
         self._attempt_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # Attempts whose Launch is in progress: observed as PENDING, not as "never started".
         self._launching: set[str] = set()
@@ -139,6 +141,8 @@ class SlurmExecutor(Executor):
             ex_pb.EXECUTOR_CAPABILITY_MULTI_NODE,
             # FORGE_OUT_DIR lives on the shared file system and outlives every attempt.
             ex_pb.EXECUTOR_CAPABILITY_PAUSE,
+            # the executor reads FORGE_OUT_DIR on the shared file system and streams it
+            ex_pb.EXECUTOR_CAPABILITY_ARTIFACTS,
         }
         if any(s.gpus_per_node for s in self.cfg.inventory):
             caps.add(ex_pb.EXECUTOR_CAPABILITY_GPUS)
@@ -405,6 +409,16 @@ class SlurmExecutor(Executor):
         if removed:
             log.info("cleaned up %s (%d directories)", attempt_id, removed)
         return removed
+
+    # -- artifacts (EXECUTOR_CAPABILITY_ARTIFACTS) --------------------------------------------
+
+    async def list_artifacts(self, ref: OutDirRef, page_size: int, page_token: str) -> out_files.Page:
+        root = self.layout.out_dir(ref.out_key)
+        return await asyncio.to_thread(self._lister.page, root, page_size, page_token)
+
+    async def read_artifact(self, ref: OutDirRef, path: str, offset: int) -> AsyncIterator[tuple[int, bytes, int]]:
+        async for chunk in out_files.stream_file(self.layout.out_dir(ref.out_key), path, offset):
+            yield chunk
 
     async def list_attempts(self) -> list[Observation]:
         ids = set(await asyncio.to_thread(self.layout.attempt_ids))

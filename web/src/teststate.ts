@@ -19,9 +19,21 @@ export interface TestState {
   jobState: string;
   logLines: number;
   charts: Record<string, ChartState>;
+  /** Artifacts listed on the job page. */
+  artifacts: number;
+  /** Artifact downloads saved (sha256 checked). */
+  downloads: number;
 }
 
-export const testState: TestState = { user: "", jobId: "", jobState: "", logLines: 0, charts: {} };
+export const testState: TestState = {
+  user: "",
+  jobId: "",
+  jobState: "",
+  logLines: 0,
+  charts: {},
+  artifacts: 0,
+  downloads: 0,
+};
 
 declare global {
   interface Window {

@@ -172,7 +172,11 @@ async def test_health_auth_and_capabilities(
 
     caps = await stub.DescribeCapabilities(ex_pb.DescribeCapabilitiesRequest(), metadata=AUTH, timeout=5)
     assert (caps.kind, caps.runtime) == ("local", "process")
-    assert set(caps.capabilities) == {ex_pb.EXECUTOR_CAPABILITY_GPUS, ex_pb.EXECUTOR_CAPABILITY_PAUSE}
+    assert set(caps.capabilities) == {
+        ex_pb.EXECUTOR_CAPABILITY_GPUS,
+        ex_pb.EXECUTOR_CAPABILITY_PAUSE,
+        ex_pb.EXECUTOR_CAPABILITY_ARTIFACTS,
+    }
     inv = {i.series: (i.nodes, i.gpus_per_node, i.free_gpus) for i in caps.inventory}
     assert inv == {"cpu": (1, 0, 0), "h200": (1, 8, 8)}
 

@@ -1,10 +1,11 @@
-// One job: header, buttons, live logs, metric charts, attempts and provenance.
+// One job: header, buttons, live logs, metric charts, artifacts, attempts and provenance.
 import { h, replace } from "../dom";
 import { stateName } from "../format";
 import { href } from "../router";
 import type { Session } from "../session";
 import { testState } from "../teststate";
 import { actionBar } from "./actions";
+import { artifactsPanel } from "./artifacts";
 import { attemptsTable, provenance } from "./details";
 import { header } from "./header";
 import { logView } from "./logs";
@@ -33,6 +34,7 @@ export function jobPage(jobId: string, s: Session, signal: AbortSignal): HTMLEle
         body,
         actionBar(model, s),
         h("div", { class: "columns" }, logView(model, signal), metricsPanel(model, s, signal)),
+        artifactsPanel(model, signal),
         attempts.el,
         prov.el,
       );

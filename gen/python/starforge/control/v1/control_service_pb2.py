@@ -23,13 +23,14 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from starforge.job.v1 import artifact_pb2 as starforge_dot_job_dot_v1_dot_artifact__pb2
 from starforge.job.v1 import job_pb2 as starforge_dot_job_dot_v1_dot_job__pb2
 from starforge.job.v1 import job_spec_pb2 as starforge_dot_job_dot_v1_dot_job__spec__pb2
 from starforge.job.v1 import job_state_pb2 as starforge_dot_job_dot_v1_dot_job__state__pb2
 from starforge.job.v1 import telemetry_pb2 as starforge_dot_job_dot_v1_dot_telemetry__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*starforge/control/v1/control_service.proto\x12\x14starforge.control.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1astarforge/job/v1/job.proto\x1a\x1fstarforge/job/v1/job_spec.proto\x1a starforge/job/v1/job_state.proto\x1a starforge/job/v1/telemetry.proto\"y\n\x10SubmitJobRequest\x12-\n\x04spec\x18\x01 \x01(\x0b\x32\x19.starforge.job.v1.JobSpecR\x04spec\x12\x1d\n\nrequest_id\x18\x02 \x01(\tR\trequestId\x12\x17\n\x07\x64ry_run\x18\x03 \x01(\x08R\x06\x64ryRun\"X\n\x11SubmitJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\x12\x1a\n\x08warnings\x18\x02 \x03(\tR\x08warnings\"&\n\rGetJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\"9\n\x0eGetJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"\xd7\x02\n\x0fListJobsRequest\x12\x18\n\x07project\x18\x01 \x01(\tR\x07project\x12\x14\n\x05owner\x18\x02 \x01(\tR\x05owner\x12\x32\n\x06states\x18\x03 \x03(\x0e\x32\x1a.starforge.job.v1.JobStateR\x06states\x12\x1e\n\nexperiment\x18\x04 \x01(\tR\nexperiment\x12\x1b\n\tpage_size\x18\x05 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x06 \x01(\tR\tpageToken\x12I\n\x06labels\x18\x07 \x03(\x0b\x32\x31.starforge.control.v1.ListJobsRequest.LabelsEntryR\x06labels\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"e\n\x10ListJobsResponse\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.starforge.job.v1.JobR\x04jobs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"?\n\x0eStopJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\":\n\x0fStopJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"@\n\x0fPauseJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\";\n\x10PauseJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\")\n\x10ResumeJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\"<\n\x11ResumeJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"(\n\x0fRetryJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\";\n\x10RetryJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"\xe0\x01\n\x14StreamJobLogsRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n\ntail_lines\x18\x02 \x01(\x05R\ttailLines\x12\x16\n\x06\x66ollow\x18\x03 \x01(\x08R\x06\x66ollow\x12%\n\x0e\x61ttempt_number\x18\x04 \x01(\x05R\rattemptNumber\x12\x30\n\x14\x61\x66ter_attempt_number\x18\x05 \x01(\x05R\x12\x61\x66terAttemptNumber\x12!\n\x0c\x61\x66ter_offset\x18\x06 \x01(\x03R\x0b\x61\x66terOffset\"\x85\x01\n\x15StreamJobLogsResponse\x12/\n\x05lines\x18\x01 \x03(\x0b\x32\x19.starforge.job.v1.LogLineR\x05lines\x12;\n\x0b\x66inal_state\x18\x02 \x01(\x0e\x32\x1a.starforge.job.v1.JobStateR\nfinalState\"O\n\x0fWatchJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03R\rafterSequence\"m\n\x10WatchJobResponse\x12\x30\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.starforge.job.v1.JobEventR\x05\x65vent\x12\'\n\x03job\x18\x02 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"\x81\x01\n\x14GetJobMetricsRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n\x05names\x18\x02 \x03(\tR\x05names\x12\x1d\n\nmax_points\x18\x03 \x01(\x05R\tmaxPoints\x12\x1d\n\nafter_step\x18\x04 \x01(\x03R\tafterStep\"O\n\x15GetJobMetricsResponse\x12\x36\n\x06series\x18\x01 \x03(\x0b\x32\x1e.starforge.job.v1.MetricSeriesR\x06series\"C\n\x14GetJobSamplesRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n\x05limit\x18\x02 \x01(\x05R\x05limit\"K\n\x15GetJobSamplesResponse\x12\x32\n\x07samples\x18\x01 \x03(\x0b\x32\x18.starforge.job.v1.SampleR\x07samples\"\x16\n\x14GetServerInfoRequest\"\xd7\x01\n\x15GetServerInfoResponse\x12\x18\n\x07version\x18\x01 \x01(\tR\x07version\x12\x12\n\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n\x05\x61\x64min\x18\x03 \x01(\x08R\x05\x61\x64min\x12%\n\x0e\x63\x61talog_digest\x18\x04 \x01(\tR\rcatalogDigest\x12.\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12#\n\rrunner_digest\x18\x06 \x01(\tR\x0crunnerDigest2\x91\t\n\x0e\x43ontrolService\x12\\\n\tSubmitJob\x12&.starforge.control.v1.SubmitJobRequest\x1a\'.starforge.control.v1.SubmitJobResponse\x12S\n\x06GetJob\x12#.starforge.control.v1.GetJobRequest\x1a$.starforge.control.v1.GetJobResponse\x12Y\n\x08ListJobs\x12%.starforge.control.v1.ListJobsRequest\x1a&.starforge.control.v1.ListJobsResponse\x12V\n\x07StopJob\x12$.starforge.control.v1.StopJobRequest\x1a%.starforge.control.v1.StopJobResponse\x12Y\n\x08PauseJob\x12%.starforge.control.v1.PauseJobRequest\x1a&.starforge.control.v1.PauseJobResponse\x12\\\n\tResumeJob\x12&.starforge.control.v1.ResumeJobRequest\x1a\'.starforge.control.v1.ResumeJobResponse\x12Y\n\x08RetryJob\x12%.starforge.control.v1.RetryJobRequest\x1a&.starforge.control.v1.RetryJobResponse\x12j\n\rStreamJobLogs\x12*.starforge.control.v1.StreamJobLogsRequest\x1a+.starforge.control.v1.StreamJobLogsResponse0\x01\x12[\n\x08WatchJob\x12%.starforge.control.v1.WatchJobRequest\x1a&.starforge.control.v1.WatchJobResponse0\x01\x12h\n\rGetJobMetrics\x12*.starforge.control.v1.GetJobMetricsRequest\x1a+.starforge.control.v1.GetJobMetricsResponse\x12h\n\rGetJobSamples\x12*.starforge.control.v1.GetJobSamplesRequest\x1a+.starforge.control.v1.GetJobSamplesResponse\x12h\n\rGetServerInfo\x12*.starforge.control.v1.GetServerInfoRequest\x1a+.starforge.control.v1.GetServerInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*starforge/control/v1/control_service.proto\x12\x14starforge.control.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fstarforge/job/v1/artifact.proto\x1a\x1astarforge/job/v1/job.proto\x1a\x1fstarforge/job/v1/job_spec.proto\x1a starforge/job/v1/job_state.proto\x1a starforge/job/v1/telemetry.proto\"y\n\x10SubmitJobRequest\x12-\n\x04spec\x18\x01 \x01(\x0b\x32\x19.starforge.job.v1.JobSpecR\x04spec\x12\x1d\n\nrequest_id\x18\x02 \x01(\tR\trequestId\x12\x17\n\x07\x64ry_run\x18\x03 \x01(\x08R\x06\x64ryRun\"X\n\x11SubmitJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\x12\x1a\n\x08warnings\x18\x02 \x03(\tR\x08warnings\"&\n\rGetJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\"9\n\x0eGetJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"\xd7\x02\n\x0fListJobsRequest\x12\x18\n\x07project\x18\x01 \x01(\tR\x07project\x12\x14\n\x05owner\x18\x02 \x01(\tR\x05owner\x12\x32\n\x06states\x18\x03 \x03(\x0e\x32\x1a.starforge.job.v1.JobStateR\x06states\x12\x1e\n\nexperiment\x18\x04 \x01(\tR\nexperiment\x12\x1b\n\tpage_size\x18\x05 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x06 \x01(\tR\tpageToken\x12I\n\x06labels\x18\x07 \x03(\x0b\x32\x31.starforge.control.v1.ListJobsRequest.LabelsEntryR\x06labels\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"e\n\x10ListJobsResponse\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.starforge.job.v1.JobR\x04jobs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"?\n\x0eStopJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\":\n\x0fStopJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"@\n\x0fPauseJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\";\n\x10PauseJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\")\n\x10ResumeJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\"<\n\x11ResumeJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"(\n\x0fRetryJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\";\n\x10RetryJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"\xe0\x01\n\x14StreamJobLogsRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n\ntail_lines\x18\x02 \x01(\x05R\ttailLines\x12\x16\n\x06\x66ollow\x18\x03 \x01(\x08R\x06\x66ollow\x12%\n\x0e\x61ttempt_number\x18\x04 \x01(\x05R\rattemptNumber\x12\x30\n\x14\x61\x66ter_attempt_number\x18\x05 \x01(\x05R\x12\x61\x66terAttemptNumber\x12!\n\x0c\x61\x66ter_offset\x18\x06 \x01(\x03R\x0b\x61\x66terOffset\"\x85\x01\n\x15StreamJobLogsResponse\x12/\n\x05lines\x18\x01 \x03(\x0b\x32\x19.starforge.job.v1.LogLineR\x05lines\x12;\n\x0b\x66inal_state\x18\x02 \x01(\x0e\x32\x1a.starforge.job.v1.JobStateR\nfinalState\"O\n\x0fWatchJobRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03R\rafterSequence\"m\n\x10WatchJobResponse\x12\x30\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.starforge.job.v1.JobEventR\x05\x65vent\x12\'\n\x03job\x18\x02 \x01(\x0b\x32\x15.starforge.job.v1.JobR\x03job\"\x81\x01\n\x14GetJobMetricsRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n\x05names\x18\x02 \x03(\tR\x05names\x12\x1d\n\nmax_points\x18\x03 \x01(\x05R\tmaxPoints\x12\x1d\n\nafter_step\x18\x04 \x01(\x03R\tafterStep\"O\n\x15GetJobMetricsResponse\x12\x36\n\x06series\x18\x01 \x03(\x0b\x32\x1e.starforge.job.v1.MetricSeriesR\x06series\"C\n\x14GetJobSamplesRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n\x05limit\x18\x02 \x01(\x05R\x05limit\"K\n\x15GetJobSamplesResponse\x12\x32\n\x07samples\x18\x01 \x03(\x0b\x32\x18.starforge.job.v1.SampleR\x07samples\"\x16\n\x14GetServerInfoRequest\"\xd7\x01\n\x15GetServerInfoResponse\x12\x18\n\x07version\x18\x01 \x01(\tR\x07version\x12\x12\n\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n\x05\x61\x64min\x18\x03 \x01(\x08R\x05\x61\x64min\x12%\n\x0e\x63\x61talog_digest\x18\x04 \x01(\tR\rcatalogDigest\x12.\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12#\n\rrunner_digest\x18\x06 \x01(\tR\x0crunnerDigest\"l\n\x17ListJobArtifactsRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"\x9b\x01\n\x18ListJobArtifactsResponse\x12\x38\n\tartifacts\x18\x01 \x03(\x0b\x32\x1a.starforge.job.v1.ArtifactR\tartifacts\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n\nattempt_id\x18\x03 \x01(\tR\tattemptId\"_\n\x1a\x44ownloadJobArtifactRequest\x12\x15\n\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n\x06offset\x18\x03 \x01(\x03R\x06offset\"]\n\x1b\x44ownloadJobArtifactResponse\x12\x16\n\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size2\x82\x0b\n\x0e\x43ontrolService\x12\\\n\tSubmitJob\x12&.starforge.control.v1.SubmitJobRequest\x1a\'.starforge.control.v1.SubmitJobResponse\x12S\n\x06GetJob\x12#.starforge.control.v1.GetJobRequest\x1a$.starforge.control.v1.GetJobResponse\x12Y\n\x08ListJobs\x12%.starforge.control.v1.ListJobsRequest\x1a&.starforge.control.v1.ListJobsResponse\x12V\n\x07StopJob\x12$.starforge.control.v1.StopJobRequest\x1a%.starforge.control.v1.StopJobResponse\x12Y\n\x08PauseJob\x12%.starforge.control.v1.PauseJobRequest\x1a&.starforge.control.v1.PauseJobResponse\x12\\\n\tResumeJob\x12&.starforge.control.v1.ResumeJobRequest\x1a\'.starforge.control.v1.ResumeJobResponse\x12Y\n\x08RetryJob\x12%.starforge.control.v1.RetryJobRequest\x1a&.starforge.control.v1.RetryJobResponse\x12j\n\rStreamJobLogs\x12*.starforge.control.v1.StreamJobLogsRequest\x1a+.starforge.control.v1.StreamJobLogsResponse0\x01\x12[\n\x08WatchJob\x12%.starforge.control.v1.WatchJobRequest\x1a&.starforge.control.v1.WatchJobResponse0\x01\x12h\n\rGetJobMetrics\x12*.starforge.control.v1.GetJobMetricsRequest\x1a+.starforge.control.v1.GetJobMetricsResponse\x12h\n\rGetJobSamples\x12*.starforge.control.v1.GetJobSamplesRequest\x1a+.starforge.control.v1.GetJobSamplesResponse\x12h\n\rGetServerInfo\x12*.starforge.control.v1.GetServerInfoRequest\x1a+.starforge.control.v1.GetServerInfoResponse\x12q\n\x10ListJobArtifacts\x12-.starforge.control.v1.ListJobArtifactsRequest\x1a..starforge.control.v1.ListJobArtifactsResponse\x12|\n\x13\x44ownloadJobArtifact\x12\x30.starforge.control.v1.DownloadJobArtifactRequest\x1a\x31.starforge.control.v1.DownloadJobArtifactResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,56 +39,64 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTJOBSREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_SUBMITJOBREQUEST']._serialized_start=230
-  _globals['_SUBMITJOBREQUEST']._serialized_end=351
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=353
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=441
-  _globals['_GETJOBREQUEST']._serialized_start=443
-  _globals['_GETJOBREQUEST']._serialized_end=481
-  _globals['_GETJOBRESPONSE']._serialized_start=483
-  _globals['_GETJOBRESPONSE']._serialized_end=540
-  _globals['_LISTJOBSREQUEST']._serialized_start=543
-  _globals['_LISTJOBSREQUEST']._serialized_end=886
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=829
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=886
-  _globals['_LISTJOBSRESPONSE']._serialized_start=888
-  _globals['_LISTJOBSRESPONSE']._serialized_end=989
-  _globals['_STOPJOBREQUEST']._serialized_start=991
-  _globals['_STOPJOBREQUEST']._serialized_end=1054
-  _globals['_STOPJOBRESPONSE']._serialized_start=1056
-  _globals['_STOPJOBRESPONSE']._serialized_end=1114
-  _globals['_PAUSEJOBREQUEST']._serialized_start=1116
-  _globals['_PAUSEJOBREQUEST']._serialized_end=1180
-  _globals['_PAUSEJOBRESPONSE']._serialized_start=1182
-  _globals['_PAUSEJOBRESPONSE']._serialized_end=1241
-  _globals['_RESUMEJOBREQUEST']._serialized_start=1243
-  _globals['_RESUMEJOBREQUEST']._serialized_end=1284
-  _globals['_RESUMEJOBRESPONSE']._serialized_start=1286
-  _globals['_RESUMEJOBRESPONSE']._serialized_end=1346
-  _globals['_RETRYJOBREQUEST']._serialized_start=1348
-  _globals['_RETRYJOBREQUEST']._serialized_end=1388
-  _globals['_RETRYJOBRESPONSE']._serialized_start=1390
-  _globals['_RETRYJOBRESPONSE']._serialized_end=1449
-  _globals['_STREAMJOBLOGSREQUEST']._serialized_start=1452
-  _globals['_STREAMJOBLOGSREQUEST']._serialized_end=1676
-  _globals['_STREAMJOBLOGSRESPONSE']._serialized_start=1679
-  _globals['_STREAMJOBLOGSRESPONSE']._serialized_end=1812
-  _globals['_WATCHJOBREQUEST']._serialized_start=1814
-  _globals['_WATCHJOBREQUEST']._serialized_end=1893
-  _globals['_WATCHJOBRESPONSE']._serialized_start=1895
-  _globals['_WATCHJOBRESPONSE']._serialized_end=2004
-  _globals['_GETJOBMETRICSREQUEST']._serialized_start=2007
-  _globals['_GETJOBMETRICSREQUEST']._serialized_end=2136
-  _globals['_GETJOBMETRICSRESPONSE']._serialized_start=2138
-  _globals['_GETJOBMETRICSRESPONSE']._serialized_end=2217
-  _globals['_GETJOBSAMPLESREQUEST']._serialized_start=2219
-  _globals['_GETJOBSAMPLESREQUEST']._serialized_end=2286
-  _globals['_GETJOBSAMPLESRESPONSE']._serialized_start=2288
-  _globals['_GETJOBSAMPLESRESPONSE']._serialized_end=2363
-  _globals['_GETSERVERINFOREQUEST']._serialized_start=2365
-  _globals['_GETSERVERINFOREQUEST']._serialized_end=2387
-  _globals['_GETSERVERINFORESPONSE']._serialized_start=2390
-  _globals['_GETSERVERINFORESPONSE']._serialized_end=2605
-  _globals['_CONTROLSERVICE']._serialized_start=2608
-  _globals['_CONTROLSERVICE']._serialized_end=3777
+  _globals['_SUBMITJOBREQUEST']._serialized_start=263
+  _globals['_SUBMITJOBREQUEST']._serialized_end=384
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=386
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=474
+  _globals['_GETJOBREQUEST']._serialized_start=476
+  _globals['_GETJOBREQUEST']._serialized_end=514
+  _globals['_GETJOBRESPONSE']._serialized_start=516
+  _globals['_GETJOBRESPONSE']._serialized_end=573
+  _globals['_LISTJOBSREQUEST']._serialized_start=576
+  _globals['_LISTJOBSREQUEST']._serialized_end=919
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=862
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=919
+  _globals['_LISTJOBSRESPONSE']._serialized_start=921
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1022
+  _globals['_STOPJOBREQUEST']._serialized_start=1024
+  _globals['_STOPJOBREQUEST']._serialized_end=1087
+  _globals['_STOPJOBRESPONSE']._serialized_start=1089
+  _globals['_STOPJOBRESPONSE']._serialized_end=1147
+  _globals['_PAUSEJOBREQUEST']._serialized_start=1149
+  _globals['_PAUSEJOBREQUEST']._serialized_end=1213
+  _globals['_PAUSEJOBRESPONSE']._serialized_start=1215
+  _globals['_PAUSEJOBRESPONSE']._serialized_end=1274
+  _globals['_RESUMEJOBREQUEST']._serialized_start=1276
+  _globals['_RESUMEJOBREQUEST']._serialized_end=1317
+  _globals['_RESUMEJOBRESPONSE']._serialized_start=1319
+  _globals['_RESUMEJOBRESPONSE']._serialized_end=1379
+  _globals['_RETRYJOBREQUEST']._serialized_start=1381
+  _globals['_RETRYJOBREQUEST']._serialized_end=1421
+  _globals['_RETRYJOBRESPONSE']._serialized_start=1423
+  _globals['_RETRYJOBRESPONSE']._serialized_end=1482
+  _globals['_STREAMJOBLOGSREQUEST']._serialized_start=1485
+  _globals['_STREAMJOBLOGSREQUEST']._serialized_end=1709
+  _globals['_STREAMJOBLOGSRESPONSE']._serialized_start=1712
+  _globals['_STREAMJOBLOGSRESPONSE']._serialized_end=1845
+  _globals['_WATCHJOBREQUEST']._serialized_start=1847
+  _globals['_WATCHJOBREQUEST']._serialized_end=1926
+  _globals['_WATCHJOBRESPONSE']._serialized_start=1928
+  _globals['_WATCHJOBRESPONSE']._serialized_end=2037
+  _globals['_GETJOBMETRICSREQUEST']._serialized_start=2040
+  _globals['_GETJOBMETRICSREQUEST']._serialized_end=2169
+  _globals['_GETJOBMETRICSRESPONSE']._serialized_start=2171
+  _globals['_GETJOBMETRICSRESPONSE']._serialized_end=2250
+  _globals['_GETJOBSAMPLESREQUEST']._serialized_start=2252
+  _globals['_GETJOBSAMPLESREQUEST']._serialized_end=2319
+  _globals['_GETJOBSAMPLESRESPONSE']._serialized_start=2321
+  _globals['_GETJOBSAMPLESRESPONSE']._serialized_end=2396
+  _globals['_GETSERVERINFOREQUEST']._serialized_start=2398
+  _globals['_GETSERVERINFOREQUEST']._serialized_end=2420
+  _globals['_GETSERVERINFORESPONSE']._serialized_start=2423
+  _globals['_GETSERVERINFORESPONSE']._serialized_end=2638
+  _globals['_LISTJOBARTIFACTSREQUEST']._serialized_start=2640
+  _globals['_LISTJOBARTIFACTSREQUEST']._serialized_end=2748
+  _globals['_LISTJOBARTIFACTSRESPONSE']._serialized_start=2751
+  _globals['_LISTJOBARTIFACTSRESPONSE']._serialized_end=2906
+  _globals['_DOWNLOADJOBARTIFACTREQUEST']._serialized_start=2908
+  _globals['_DOWNLOADJOBARTIFACTREQUEST']._serialized_end=3003
+  _globals['_DOWNLOADJOBARTIFACTRESPONSE']._serialized_start=3005
+  _globals['_DOWNLOADJOBARTIFACTRESPONSE']._serialized_end=3098
+  _globals['_CONTROLSERVICE']._serialized_start=3101
+  _globals['_CONTROLSERVICE']._serialized_end=4511
 # @@protoc_insertion_point(module_scope)

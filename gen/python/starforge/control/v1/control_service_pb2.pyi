@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from starforge.job.v1 import artifact_pb2 as _artifact_pb2
 from starforge.job.v1 import job_pb2 as _job_pb2
 from starforge.job.v1 import job_spec_pb2 as _job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as _job_state_pb2
@@ -219,3 +220,43 @@ class GetServerInfoResponse(_message.Message):
     time: _timestamp_pb2.Timestamp
     runner_digest: str
     def __init__(self, version: _Optional[str] = ..., user: _Optional[str] = ..., admin: _Optional[bool] = ..., catalog_digest: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., runner_digest: _Optional[str] = ...) -> None: ...
+
+class ListJobArtifactsRequest(_message.Message):
+    __slots__ = ("job_id", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobArtifactsResponse(_message.Message):
+    __slots__ = ("artifacts", "next_page_token", "attempt_id")
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    artifacts: _containers.RepeatedCompositeFieldContainer[_artifact_pb2.Artifact]
+    next_page_token: str
+    attempt_id: str
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., attempt_id: _Optional[str] = ...) -> None: ...
+
+class DownloadJobArtifactRequest(_message.Message):
+    __slots__ = ("job_id", "path", "offset")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    path: str
+    offset: int
+    def __init__(self, job_id: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class DownloadJobArtifactResponse(_message.Message):
+    __slots__ = ("offset", "data", "size")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    size: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...

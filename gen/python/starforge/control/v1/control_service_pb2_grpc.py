@@ -100,6 +100,16 @@ class ControlServiceStub:
                 request_serializer=starforge_dot_control_dot_v1_dot_control__service__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=starforge_dot_control_dot_v1_dot_control__service__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.ListJobArtifacts = channel.unary_unary(
+                '/starforge.control.v1.ControlService/ListJobArtifacts',
+                request_serializer=starforge_dot_control_dot_v1_dot_control__service__pb2.ListJobArtifactsRequest.SerializeToString,
+                response_deserializer=starforge_dot_control_dot_v1_dot_control__service__pb2.ListJobArtifactsResponse.FromString,
+                _registered_method=True)
+        self.DownloadJobArtifact = channel.unary_stream(
+                '/starforge.control.v1.ControlService/DownloadJobArtifact',
+                request_serializer=starforge_dot_control_dot_v1_dot_control__service__pb2.DownloadJobArtifactRequest.SerializeToString,
+                response_deserializer=starforge_dot_control_dot_v1_dot_control__service__pb2.DownloadJobArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -212,6 +222,29 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobArtifacts(self, request, context):
+        """ListJobArtifacts lists what the job left in its FORGE_OUT_DIR (checkpoints, exports, eval
+        results) on the executor of its latest attempt that ran: regular files with size and sha256,
+        and links (never followed). Sorted by path, a page at a time.
+        Errors: INVALID_ARGUMENT (bad page token), NOT_FOUND (no such job, or one the caller may not
+        see), FAILED_PRECONDITION (the job never ran; its fleet cannot serve artifacts),
+        UNAVAILABLE (the executor or its node is unreachable), UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadJobArtifact(self, request, context):
+        """DownloadJobArtifact streams one regular file of the job's FORGE_OUT_DIR from an offset, in
+        chunks of at most 1 MiB (a resumed download passes the size it already has).
+        Errors: INVALID_ARGUMENT (absolute path, "." or ".." parts, offset beyond the size),
+        NOT_FOUND (no such job or file), FAILED_PRECONDITION (a link or not a regular file; the job
+        never ran; its fleet cannot serve artifacts), UNAVAILABLE, UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -274,6 +307,16 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=starforge_dot_control_dot_v1_dot_control__service__pb2.GetServerInfoRequest.FromString,
                     response_serializer=starforge_dot_control_dot_v1_dot_control__service__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'ListJobArtifacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobArtifacts,
+                    request_deserializer=starforge_dot_control_dot_v1_dot_control__service__pb2.ListJobArtifactsRequest.FromString,
+                    response_serializer=starforge_dot_control_dot_v1_dot_control__service__pb2.ListJobArtifactsResponse.SerializeToString,
+            ),
+            'DownloadJobArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadJobArtifact,
+                    request_deserializer=starforge_dot_control_dot_v1_dot_control__service__pb2.DownloadJobArtifactRequest.FromString,
+                    response_serializer=starforge_dot_control_dot_v1_dot_control__service__pb2.DownloadJobArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -606,6 +649,60 @@ class ControlService:
             '/starforge.control.v1.ControlService/GetServerInfo',
             starforge_dot_control_dot_v1_dot_control__service__pb2.GetServerInfoRequest.SerializeToString,
             starforge_dot_control_dot_v1_dot_control__service__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobArtifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starforge.control.v1.ControlService/ListJobArtifacts',
+            starforge_dot_control_dot_v1_dot_control__service__pb2.ListJobArtifactsRequest.SerializeToString,
+            starforge_dot_control_dot_v1_dot_control__service__pb2.ListJobArtifactsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadJobArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/starforge.control.v1.ControlService/DownloadJobArtifact',
+            starforge_dot_control_dot_v1_dot_control__service__pb2.DownloadJobArtifactRequest.SerializeToString,
+            starforge_dot_control_dot_v1_dot_control__service__pb2.DownloadJobArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

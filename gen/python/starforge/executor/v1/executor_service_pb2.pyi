@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from starforge.executor.v1 import launch_request_pb2 as _launch_request_pb2
+from starforge.job.v1 import artifact_pb2 as _artifact_pb2
 from starforge.job.v1 import job_state_pb2 as _job_state_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -20,12 +21,14 @@ class ExecutorCapability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTOR_CAPABILITY_GPUS: _ClassVar[ExecutorCapability]
     EXECUTOR_CAPABILITY_MULTI_NODE: _ClassVar[ExecutorCapability]
     EXECUTOR_CAPABILITY_IMAGES: _ClassVar[ExecutorCapability]
+    EXECUTOR_CAPABILITY_ARTIFACTS: _ClassVar[ExecutorCapability]
 EXECUTOR_CAPABILITY_UNSPECIFIED: ExecutorCapability
 EXECUTOR_CAPABILITY_MULTI_POOL: ExecutorCapability
 EXECUTOR_CAPABILITY_PAUSE: ExecutorCapability
 EXECUTOR_CAPABILITY_GPUS: ExecutorCapability
 EXECUTOR_CAPABILITY_MULTI_NODE: ExecutorCapability
 EXECUTOR_CAPABILITY_IMAGES: ExecutorCapability
+EXECUTOR_CAPABILITY_ARTIFACTS: ExecutorCapability
 
 class SeriesInventory(_message.Message):
     __slots__ = ("series", "nodes", "gpus_per_node", "free_gpus")
@@ -144,3 +147,49 @@ class ListAttemptsResponse(_message.Message):
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     observations: _containers.RepeatedCompositeFieldContainer[Observation]
     def __init__(self, observations: _Optional[_Iterable[_Union[Observation, _Mapping]]] = ...) -> None: ...
+
+class ListArtifactsRequest(_message.Message):
+    __slots__ = ("attempt_id", "out_key", "node", "page_size", "page_token")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    OUT_KEY_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    out_key: str
+    node: str
+    page_size: int
+    page_token: str
+    def __init__(self, attempt_id: _Optional[str] = ..., out_key: _Optional[str] = ..., node: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListArtifactsResponse(_message.Message):
+    __slots__ = ("artifacts", "next_page_token")
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    artifacts: _containers.RepeatedCompositeFieldContainer[_artifact_pb2.Artifact]
+    next_page_token: str
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ReadArtifactRequest(_message.Message):
+    __slots__ = ("attempt_id", "out_key", "node", "path", "offset")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    OUT_KEY_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    out_key: str
+    node: str
+    path: str
+    offset: int
+    def __init__(self, attempt_id: _Optional[str] = ..., out_key: _Optional[str] = ..., node: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ReadArtifactResponse(_message.Message):
+    __slots__ = ("offset", "data", "size")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    size: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...

@@ -70,6 +70,16 @@ class ExecutorServiceStub:
                 request_serializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListAttemptsRequest.SerializeToString,
                 response_deserializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListAttemptsResponse.FromString,
                 _registered_method=True)
+        self.ListArtifacts = channel.unary_unary(
+                '/starforge.executor.v1.ExecutorService/ListArtifacts',
+                request_serializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListArtifactsRequest.SerializeToString,
+                response_deserializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListArtifactsResponse.FromString,
+                _registered_method=True)
+        self.ReadArtifact = channel.unary_stream(
+                '/starforge.executor.v1.ExecutorService/ReadArtifact',
+                request_serializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ReadArtifactRequest.SerializeToString,
+                response_deserializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ReadArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -134,6 +144,29 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListArtifacts(self, request, context):
+        """ListArtifacts lists the regular files and links a job left in its FORGE_OUT_DIR on this
+        backend, sorted by path, a page at a time. Links are listed, never followed. Kinds without
+        the ARTIFACTS capability refuse it.
+        Errors: INVALID_ARGUMENT (bad out_key, attempt_id or page_token), NOT_FOUND (no such
+        FORGE_OUT_DIR here), FAILED_PRECONDITION (the kind cannot serve artifacts; the out dir holds
+        more entries than the executor lists), UNAVAILABLE (backend or node unreachable).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadArtifact(self, request, context):
+        """ReadArtifact streams one regular file of a FORGE_OUT_DIR from an offset, in chunks of at most
+        1 MiB, in order. No link is followed on the way to the file or at it.
+        Errors: INVALID_ARGUMENT (a path that is absolute, has "." or ".." or empty parts, or is too
+        long; an offset beyond the file's size), NOT_FOUND (no such file), FAILED_PRECONDITION (the
+        path is a link or not a regular file; the kind cannot serve artifacts), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +199,16 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.ListAttempts,
                     request_deserializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListAttemptsRequest.FromString,
                     response_serializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListAttemptsResponse.SerializeToString,
+            ),
+            'ListArtifacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListArtifacts,
+                    request_deserializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListArtifactsRequest.FromString,
+                    response_serializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListArtifactsResponse.SerializeToString,
+            ),
+            'ReadArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadArtifact,
+                    request_deserializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ReadArtifactRequest.FromString,
+                    response_serializer=starforge_dot_executor_dot_v1_dot_executor__service__pb2.ReadArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -335,6 +378,60 @@ class ExecutorService:
             '/starforge.executor.v1.ExecutorService/ListAttempts',
             starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListAttemptsRequest.SerializeToString,
             starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListAttemptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListArtifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starforge.executor.v1.ExecutorService/ListArtifacts',
+            starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListArtifactsRequest.SerializeToString,
+            starforge_dot_executor_dot_v1_dot_executor__service__pb2.ListArtifactsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/starforge.executor.v1.ExecutorService/ReadArtifact',
+            starforge_dot_executor_dot_v1_dot_executor__service__pb2.ReadArtifactRequest.SerializeToString,
+            starforge_dot_executor_dot_v1_dot_executor__service__pb2.ReadArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

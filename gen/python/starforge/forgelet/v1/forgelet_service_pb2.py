@@ -25,39 +25,48 @@ _sym_db = _symbol_database.Default()
 from starforge.executor.v1 import executor_service_pb2 as starforge_dot_executor_dot_v1_dot_executor__service__pb2
 from starforge.executor.v1 import launch_request_pb2 as starforge_dot_executor_dot_v1_dot_launch__request__pb2
 from starforge.forgelet.v1 import node_pb2 as starforge_dot_forgelet_dot_v1_dot_node__pb2
+from starforge.job.v1 import artifact_pb2 as starforge_dot_job_dot_v1_dot_artifact__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,starforge/forgelet/v1/forgelet_service.proto\x12\x15starforge.forgelet.v1\x1a,starforge/executor/v1/executor_service.proto\x1a*starforge/executor/v1/launch_request.proto\x1a starforge/forgelet/v1/node.proto\"\x10\n\x0eGetNodeRequest\"B\n\x0fGetNodeResponse\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"t\n\x13StartAttemptRequest\x12<\n\x06launch\x18\x01 \x01(\x0b\x32$.starforge.executor.v1.LaunchRequestR\x06launch\x12\x1f\n\x0bgpu_indices\x18\x02 \x03(\x05R\ngpuIndices\"b\n\x14StartAttemptResponse\x12!\n\x0c\x63ontainer_id\x18\x01 \x01(\tR\x0b\x63ontainerId\x12\'\n\x0f\x61lready_started\x18\x02 \x01(\x08R\x0e\x61lreadyStarted\"9\n\x16InspectAttemptsRequest\x12\x1f\n\x0b\x61ttempt_ids\x18\x01 \x03(\tR\nattemptIds\"a\n\x17InspectAttemptsResponse\x12\x46\n\x0cobservations\x18\x01 \x03(\x0b\x32\".starforge.executor.v1.ObservationR\x0cobservations\"X\n\x12StopAttemptRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12#\n\rgrace_seconds\x18\x02 \x01(\x05R\x0cgraceSeconds\"/\n\x13StopAttemptResponse\x12\x18\n\x07stopped\x18\x01 \x01(\x08R\x07stopped\"5\n\x14RemoveAttemptRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\"1\n\x15RemoveAttemptResponse\x12\x18\n\x07removed\x18\x01 \x01(\x08R\x07removed\"\x0e\n\x0c\x44rainRequest\"?\n\rDrainResponse\x12.\n\x13stopped_attempt_ids\x18\x01 \x03(\tR\x11stoppedAttemptIds2\xec\x04\n\x0f\x46orgeletService\x12X\n\x07GetNode\x12%.starforge.forgelet.v1.GetNodeRequest\x1a&.starforge.forgelet.v1.GetNodeResponse\x12g\n\x0cStartAttempt\x12*.starforge.forgelet.v1.StartAttemptRequest\x1a+.starforge.forgelet.v1.StartAttemptResponse\x12p\n\x0fInspectAttempts\x12-.starforge.forgelet.v1.InspectAttemptsRequest\x1a..starforge.forgelet.v1.InspectAttemptsResponse\x12\x64\n\x0bStopAttempt\x12).starforge.forgelet.v1.StopAttemptRequest\x1a*.starforge.forgelet.v1.StopAttemptResponse\x12j\n\rRemoveAttempt\x12+.starforge.forgelet.v1.RemoveAttemptRequest\x1a,.starforge.forgelet.v1.RemoveAttemptResponse\x12R\n\x05\x44rain\x12#.starforge.forgelet.v1.DrainRequest\x1a$.starforge.forgelet.v1.DrainResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,starforge/forgelet/v1/forgelet_service.proto\x12\x15starforge.forgelet.v1\x1a,starforge/executor/v1/executor_service.proto\x1a*starforge/executor/v1/launch_request.proto\x1a starforge/forgelet/v1/node.proto\x1a\x1fstarforge/job/v1/artifact.proto\"\x10\n\x0eGetNodeRequest\"B\n\x0fGetNodeResponse\x12/\n\x04node\x18\x01 \x01(\x0b\x32\x1b.starforge.forgelet.v1.NodeR\x04node\"t\n\x13StartAttemptRequest\x12<\n\x06launch\x18\x01 \x01(\x0b\x32$.starforge.executor.v1.LaunchRequestR\x06launch\x12\x1f\n\x0bgpu_indices\x18\x02 \x03(\x05R\ngpuIndices\"b\n\x14StartAttemptResponse\x12!\n\x0c\x63ontainer_id\x18\x01 \x01(\tR\x0b\x63ontainerId\x12\'\n\x0f\x61lready_started\x18\x02 \x01(\x08R\x0e\x61lreadyStarted\"9\n\x16InspectAttemptsRequest\x12\x1f\n\x0b\x61ttempt_ids\x18\x01 \x03(\tR\nattemptIds\"a\n\x17InspectAttemptsResponse\x12\x46\n\x0cobservations\x18\x01 \x03(\x0b\x32\".starforge.executor.v1.ObservationR\x0cobservations\"X\n\x12StopAttemptRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12#\n\rgrace_seconds\x18\x02 \x01(\x05R\x0cgraceSeconds\"/\n\x13StopAttemptResponse\x12\x18\n\x07stopped\x18\x01 \x01(\x08R\x07stopped\"5\n\x14RemoveAttemptRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\"1\n\x15RemoveAttemptResponse\x12\x18\n\x07removed\x18\x01 \x01(\x08R\x07removed\"\x0e\n\x0c\x44rainRequest\"?\n\rDrainResponse\x12.\n\x13stopped_attempt_ids\x18\x01 \x03(\tR\x11stoppedAttemptIds\"k\n\x14ListArtifactsRequest\x12\x17\n\x07out_key\x18\x01 \x01(\tR\x06outKey\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"y\n\x15ListArtifactsResponse\x12\x38\n\tartifacts\x18\x01 \x03(\x0b\x32\x1a.starforge.job.v1.ArtifactR\tartifacts\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Z\n\x13ReadArtifactRequest\x12\x17\n\x07out_key\x18\x01 \x01(\tR\x06outKey\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n\x06offset\x18\x03 \x01(\x03R\x06offset\"V\n\x14ReadArtifactResponse\x12\x16\n\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size2\xc3\x06\n\x0f\x46orgeletService\x12X\n\x07GetNode\x12%.starforge.forgelet.v1.GetNodeRequest\x1a&.starforge.forgelet.v1.GetNodeResponse\x12g\n\x0cStartAttempt\x12*.starforge.forgelet.v1.StartAttemptRequest\x1a+.starforge.forgelet.v1.StartAttemptResponse\x12p\n\x0fInspectAttempts\x12-.starforge.forgelet.v1.InspectAttemptsRequest\x1a..starforge.forgelet.v1.InspectAttemptsResponse\x12\x64\n\x0bStopAttempt\x12).starforge.forgelet.v1.StopAttemptRequest\x1a*.starforge.forgelet.v1.StopAttemptResponse\x12j\n\rRemoveAttempt\x12+.starforge.forgelet.v1.RemoveAttemptRequest\x1a,.starforge.forgelet.v1.RemoveAttemptResponse\x12R\n\x05\x44rain\x12#.starforge.forgelet.v1.DrainRequest\x1a$.starforge.forgelet.v1.DrainResponse\x12j\n\rListArtifacts\x12+.starforge.forgelet.v1.ListArtifactsRequest\x1a,.starforge.forgelet.v1.ListArtifactsResponse\x12i\n\x0cReadArtifact\x12*.starforge.forgelet.v1.ReadArtifactRequest\x1a+.starforge.forgelet.v1.ReadArtifactResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'starforge.forgelet.v1.forgelet_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETNODEREQUEST']._serialized_start=195
-  _globals['_GETNODEREQUEST']._serialized_end=211
-  _globals['_GETNODERESPONSE']._serialized_start=213
-  _globals['_GETNODERESPONSE']._serialized_end=279
-  _globals['_STARTATTEMPTREQUEST']._serialized_start=281
-  _globals['_STARTATTEMPTREQUEST']._serialized_end=397
-  _globals['_STARTATTEMPTRESPONSE']._serialized_start=399
-  _globals['_STARTATTEMPTRESPONSE']._serialized_end=497
-  _globals['_INSPECTATTEMPTSREQUEST']._serialized_start=499
-  _globals['_INSPECTATTEMPTSREQUEST']._serialized_end=556
-  _globals['_INSPECTATTEMPTSRESPONSE']._serialized_start=558
-  _globals['_INSPECTATTEMPTSRESPONSE']._serialized_end=655
-  _globals['_STOPATTEMPTREQUEST']._serialized_start=657
-  _globals['_STOPATTEMPTREQUEST']._serialized_end=745
-  _globals['_STOPATTEMPTRESPONSE']._serialized_start=747
-  _globals['_STOPATTEMPTRESPONSE']._serialized_end=794
-  _globals['_REMOVEATTEMPTREQUEST']._serialized_start=796
-  _globals['_REMOVEATTEMPTREQUEST']._serialized_end=849
-  _globals['_REMOVEATTEMPTRESPONSE']._serialized_start=851
-  _globals['_REMOVEATTEMPTRESPONSE']._serialized_end=900
-  _globals['_DRAINREQUEST']._serialized_start=902
-  _globals['_DRAINREQUEST']._serialized_end=916
-  _globals['_DRAINRESPONSE']._serialized_start=918
-  _globals['_DRAINRESPONSE']._serialized_end=981
-  _globals['_FORGELETSERVICE']._serialized_start=984
-  _globals['_FORGELETSERVICE']._serialized_end=1604
+  _globals['_GETNODEREQUEST']._serialized_start=228
+  _globals['_GETNODEREQUEST']._serialized_end=244
+  _globals['_GETNODERESPONSE']._serialized_start=246
+  _globals['_GETNODERESPONSE']._serialized_end=312
+  _globals['_STARTATTEMPTREQUEST']._serialized_start=314
+  _globals['_STARTATTEMPTREQUEST']._serialized_end=430
+  _globals['_STARTATTEMPTRESPONSE']._serialized_start=432
+  _globals['_STARTATTEMPTRESPONSE']._serialized_end=530
+  _globals['_INSPECTATTEMPTSREQUEST']._serialized_start=532
+  _globals['_INSPECTATTEMPTSREQUEST']._serialized_end=589
+  _globals['_INSPECTATTEMPTSRESPONSE']._serialized_start=591
+  _globals['_INSPECTATTEMPTSRESPONSE']._serialized_end=688
+  _globals['_STOPATTEMPTREQUEST']._serialized_start=690
+  _globals['_STOPATTEMPTREQUEST']._serialized_end=778
+  _globals['_STOPATTEMPTRESPONSE']._serialized_start=780
+  _globals['_STOPATTEMPTRESPONSE']._serialized_end=827
+  _globals['_REMOVEATTEMPTREQUEST']._serialized_start=829
+  _globals['_REMOVEATTEMPTREQUEST']._serialized_end=882
+  _globals['_REMOVEATTEMPTRESPONSE']._serialized_start=884
+  _globals['_REMOVEATTEMPTRESPONSE']._serialized_end=933
+  _globals['_DRAINREQUEST']._serialized_start=935
+  _globals['_DRAINREQUEST']._serialized_end=949
+  _globals['_DRAINRESPONSE']._serialized_start=951
+  _globals['_DRAINRESPONSE']._serialized_end=1014
+  _globals['_LISTARTIFACTSREQUEST']._serialized_start=1016
+  _globals['_LISTARTIFACTSREQUEST']._serialized_end=1123
+  _globals['_LISTARTIFACTSRESPONSE']._serialized_start=1125
+  _globals['_LISTARTIFACTSRESPONSE']._serialized_end=1246
+  _globals['_READARTIFACTREQUEST']._serialized_start=1248
+  _globals['_READARTIFACTREQUEST']._serialized_end=1338
+  _globals['_READARTIFACTRESPONSE']._serialized_start=1340
+  _globals['_READARTIFACTRESPONSE']._serialized_end=1426
+  _globals['_FORGELETSERVICE']._serialized_start=1429
+  _globals['_FORGELETSERVICE']._serialized_end=2264
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 from starforge.executor.v1 import executor_service_pb2 as _executor_service_pb2
 from starforge.executor.v1 import launch_request_pb2 as _launch_request_pb2
 from starforge.forgelet.v1 import node_pb2 as _node_pb2
+from starforge.job.v1 import artifact_pb2 as _artifact_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -82,3 +83,41 @@ class DrainResponse(_message.Message):
     STOPPED_ATTEMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     stopped_attempt_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, stopped_attempt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListArtifactsRequest(_message.Message):
+    __slots__ = ("out_key", "page_size", "page_token")
+    OUT_KEY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    out_key: str
+    page_size: int
+    page_token: str
+    def __init__(self, out_key: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListArtifactsResponse(_message.Message):
+    __slots__ = ("artifacts", "next_page_token")
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    artifacts: _containers.RepeatedCompositeFieldContainer[_artifact_pb2.Artifact]
+    next_page_token: str
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[_artifact_pb2.Artifact, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ReadArtifactRequest(_message.Message):
+    __slots__ = ("out_key", "path", "offset")
+    OUT_KEY_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    out_key: str
+    path: str
+    offset: int
+    def __init__(self, out_key: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ReadArtifactResponse(_message.Message):
+    __slots__ = ("offset", "data", "size")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    size: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...

@@ -68,6 +68,16 @@ class ForgeletServiceStub:
                 request_serializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.DrainRequest.SerializeToString,
                 response_deserializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.DrainResponse.FromString,
                 _registered_method=True)
+        self.ListArtifacts = channel.unary_unary(
+                '/starforge.forgelet.v1.ForgeletService/ListArtifacts',
+                request_serializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ListArtifactsRequest.SerializeToString,
+                response_deserializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ListArtifactsResponse.FromString,
+                _registered_method=True)
+        self.ReadArtifact = channel.unary_stream(
+                '/starforge.forgelet.v1.ForgeletService/ReadArtifact',
+                request_serializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ReadArtifactRequest.SerializeToString,
+                response_deserializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ReadArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class ForgeletServiceServicer:
@@ -126,6 +136,25 @@ class ForgeletServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListArtifacts(self, request, context):
+        """ListArtifacts lists a FORGE_OUT_DIR of this node, sorted by path, a page at a time (links
+        listed, never followed).
+        Errors: INVALID_ARGUMENT (bad out_key or page_token), NOT_FOUND (no such FORGE_OUT_DIR),
+        FAILED_PRECONDITION (more entries than the node lists), UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadArtifact(self, request, context):
+        """ReadArtifact streams one regular file of a FORGE_OUT_DIR of this node from an offset.
+        Errors: INVALID_ARGUMENT (bad path or offset), NOT_FOUND, FAILED_PRECONDITION (a link or
+        not a regular file), UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ForgeletServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +187,16 @@ def add_ForgeletServiceServicer_to_server(servicer, server):
                     servicer.Drain,
                     request_deserializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.DrainRequest.FromString,
                     response_serializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.DrainResponse.SerializeToString,
+            ),
+            'ListArtifacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListArtifacts,
+                    request_deserializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ListArtifactsRequest.FromString,
+                    response_serializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ListArtifactsResponse.SerializeToString,
+            ),
+            'ReadArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadArtifact,
+                    request_deserializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ReadArtifactRequest.FromString,
+                    response_serializer=starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ReadArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -326,6 +365,60 @@ class ForgeletService:
             '/starforge.forgelet.v1.ForgeletService/Drain',
             starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.DrainRequest.SerializeToString,
             starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListArtifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starforge.forgelet.v1.ForgeletService/ListArtifacts',
+            starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ListArtifactsRequest.SerializeToString,
+            starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ListArtifactsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/starforge.forgelet.v1.ForgeletService/ReadArtifact',
+            starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ReadArtifactRequest.SerializeToString,
+            starforge_dot_forgelet_dot_v1_dot_forgelet__service__pb2.ReadArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

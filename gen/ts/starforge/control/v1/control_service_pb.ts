@@ -6,6 +6,8 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Artifact } from "../../job/v1/artifact_pb";
+import { file_starforge_job_v1_artifact } from "../../job/v1/artifact_pb";
 import type { Job, JobEvent } from "../../job/v1/job_pb";
 import { file_starforge_job_v1_job } from "../../job/v1/job_pb";
 import type { JobSpec } from "../../job/v1/job_spec_pb";
@@ -20,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/control/v1/control_service.proto.
  */
 export const file_starforge_control_v1_control_service: GenFile = /*@__PURE__*/
-  fileDesc("CipzdGFyZm9yZ2UvY29udHJvbC92MS9jb250cm9sX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxImAKEFN1Ym1pdEpvYlJlcXVlc3QSJwoEc3BlYxgBIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYxISCgpyZXF1ZXN0X2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgiSQoRU3VibWl0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2ISEAoId2FybmluZ3MYAiADKAkiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiNAoOR2V0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiigIKD0xpc3RKb2JzUmVxdWVzdBIPCgdwcm9qZWN0GAEgASgJEg0KBW93bmVyGAIgASgJEioKBnN0YXRlcxgDIAMoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSEgoKZXhwZXJpbWVudBgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRJBCgZsYWJlbHMYByADKAsyMS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJQChBMaXN0Sm9ic1Jlc3BvbnNlEiMKBGpvYnMYASADKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMAoOU3RvcEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI1Cg9TdG9wSm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiMQoPUGF1c2VKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiNgoQUGF1c2VKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIiChBSZXN1bWVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSI3ChFSZXN1bWVKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIhCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjYKEFJldHJ5Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IilgEKFFN0cmVhbUpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRISCgp0YWlsX2xpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIWCg5hdHRlbXB0X251bWJlchgEIAEoBRIcChRhZnRlcl9hdHRlbXB0X251bWJlchgFIAEoBRIUCgxhZnRlcl9vZmZzZXQYBiABKAMicgoVU3RyZWFtSm9iTG9nc1Jlc3BvbnNlEigKBWxpbmVzGAEgAygLMhkuc3RhcmZvcmdlLmpvYi52MS5Mb2dMaW5lEi8KC2ZpbmFsX3N0YXRlGAIgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZSI5Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgDImEKEFdhdGNoSm9iUmVzcG9uc2USKQoFZXZlbnQYASABKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkpvYkV2ZW50EiIKA2pvYhgCIAEoCzIVLnN0YXJmb3JnZS5qb2IudjEuSm9iIl0KFEdldEpvYk1ldHJpY3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVuYW1lcxgCIAMoCRISCgptYXhfcG9pbnRzGAMgASgFEhIKCmFmdGVyX3N0ZXAYBCABKAMiRwoVR2V0Sm9iTWV0cmljc1Jlc3BvbnNlEi4KBnNlcmllcxgBIAMoCzIeLnN0YXJmb3JnZS5qb2IudjEuTWV0cmljU2VyaWVzIjUKFEdldEpvYlNhbXBsZXNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVsaW1pdBgCIAEoBSJCChVHZXRKb2JTYW1wbGVzUmVzcG9uc2USKQoHc2FtcGxlcxgBIAMoCzIYLnN0YXJmb3JnZS5qb2IudjEuU2FtcGxlIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0Ip4BChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIMCgR1c2VyGAIgASgJEg0KBWFkbWluGAMgASgIEhYKDmNhdGFsb2dfZGlnZXN0GAQgASgJEigKBHRpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXJ1bm5lcl9kaWdlc3QYBiABKAkykQkKDkNvbnRyb2xTZXJ2aWNlElwKCVN1Ym1pdEpvYhImLnN0YXJmb3JnZS5jb250cm9sLnYxLlN1Ym1pdEpvYlJlcXVlc3QaJy5zdGFyZm9yZ2UuY29udHJvbC52MS5TdWJtaXRKb2JSZXNwb25zZRJTCgZHZXRKb2ISIy5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JSZXF1ZXN0GiQuc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0Sm9iUmVzcG9uc2USWQoITGlzdEpvYnMSJS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9ic1JlcXVlc3QaJi5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9ic1Jlc3BvbnNlElYKB1N0b3BKb2ISJC5zdGFyZm9yZ2UuY29udHJvbC52MS5TdG9wSm9iUmVxdWVzdBolLnN0YXJmb3JnZS5jb250cm9sLnYxLlN0b3BKb2JSZXNwb25zZRJZCghQYXVzZUpvYhIlLnN0YXJmb3JnZS5jb250cm9sLnYxLlBhdXNlSm9iUmVxdWVzdBomLnN0YXJmb3JnZS5jb250cm9sLnYxLlBhdXNlSm9iUmVzcG9uc2USXAoJUmVzdW1lSm9iEiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVzdW1lSm9iUmVxdWVzdBonLnN0YXJmb3JnZS5jb250cm9sLnYxLlJlc3VtZUpvYlJlc3BvbnNlElkKCFJldHJ5Sm9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmV0cnlKb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmV0cnlKb2JSZXNwb25zZRJqCg1TdHJlYW1Kb2JMb2dzEiouc3RhcmZvcmdlLmNvbnRyb2wudjEuU3RyZWFtSm9iTG9nc1JlcXVlc3QaKy5zdGFyZm9yZ2UuY29udHJvbC52MS5TdHJlYW1Kb2JMb2dzUmVzcG9uc2UwARJbCghXYXRjaEpvYhIlLnN0YXJmb3JnZS5jb250cm9sLnYxLldhdGNoSm9iUmVxdWVzdBomLnN0YXJmb3JnZS5jb250cm9sLnYxLldhdGNoSm9iUmVzcG9uc2UwARJoCg1HZXRKb2JNZXRyaWNzEiouc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0Sm9iTWV0cmljc1JlcXVlc3QaKy5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JNZXRyaWNzUmVzcG9uc2USaAoNR2V0Sm9iU2FtcGxlcxIqLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldEpvYlNhbXBsZXNSZXF1ZXN0Gisuc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0Sm9iU2FtcGxlc1Jlc3BvbnNlEmgKDUdldFNlcnZlckluZm8SKi5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBorLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldFNlcnZlckluZm9SZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_starforge_job_v1_job, file_starforge_job_v1_job_spec, file_starforge_job_v1_job_state, file_starforge_job_v1_telemetry]);
+  fileDesc("CipzdGFyZm9yZ2UvY29udHJvbC92MS9jb250cm9sX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxImAKEFN1Ym1pdEpvYlJlcXVlc3QSJwoEc3BlYxgBIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYxISCgpyZXF1ZXN0X2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgiSQoRU3VibWl0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2ISEAoId2FybmluZ3MYAiADKAkiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiNAoOR2V0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiigIKD0xpc3RKb2JzUmVxdWVzdBIPCgdwcm9qZWN0GAEgASgJEg0KBW93bmVyGAIgASgJEioKBnN0YXRlcxgDIAMoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSEgoKZXhwZXJpbWVudBgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRJBCgZsYWJlbHMYByADKAsyMS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJQChBMaXN0Sm9ic1Jlc3BvbnNlEiMKBGpvYnMYASADKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMAoOU3RvcEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI1Cg9TdG9wSm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiMQoPUGF1c2VKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiNgoQUGF1c2VKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIiChBSZXN1bWVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSI3ChFSZXN1bWVKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIhCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjYKEFJldHJ5Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IilgEKFFN0cmVhbUpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRISCgp0YWlsX2xpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIWCg5hdHRlbXB0X251bWJlchgEIAEoBRIcChRhZnRlcl9hdHRlbXB0X251bWJlchgFIAEoBRIUCgxhZnRlcl9vZmZzZXQYBiABKAMicgoVU3RyZWFtSm9iTG9nc1Jlc3BvbnNlEigKBWxpbmVzGAEgAygLMhkuc3RhcmZvcmdlLmpvYi52MS5Mb2dMaW5lEi8KC2ZpbmFsX3N0YXRlGAIgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZSI5Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgDImEKEFdhdGNoSm9iUmVzcG9uc2USKQoFZXZlbnQYASABKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkpvYkV2ZW50EiIKA2pvYhgCIAEoCzIVLnN0YXJmb3JnZS5qb2IudjEuSm9iIl0KFEdldEpvYk1ldHJpY3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVuYW1lcxgCIAMoCRISCgptYXhfcG9pbnRzGAMgASgFEhIKCmFmdGVyX3N0ZXAYBCABKAMiRwoVR2V0Sm9iTWV0cmljc1Jlc3BvbnNlEi4KBnNlcmllcxgBIAMoCzIeLnN0YXJmb3JnZS5qb2IudjEuTWV0cmljU2VyaWVzIjUKFEdldEpvYlNhbXBsZXNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVsaW1pdBgCIAEoBSJCChVHZXRKb2JTYW1wbGVzUmVzcG9uc2USKQoHc2FtcGxlcxgBIAMoCzIYLnN0YXJmb3JnZS5qb2IudjEuU2FtcGxlIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0Ip4BChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIMCgR1c2VyGAIgASgJEg0KBWFkbWluGAMgASgIEhYKDmNhdGFsb2dfZGlnZXN0GAQgASgJEigKBHRpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXJ1bm5lcl9kaWdlc3QYBiABKAkiUAoXTGlzdEpvYkFydGlmYWN0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJInYKGExpc3RKb2JBcnRpZmFjdHNSZXNwb25zZRItCglhcnRpZmFjdHMYASADKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkFydGlmYWN0EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRISCgphdHRlbXB0X2lkGAMgASgJIkoKGkRvd25sb2FkSm9iQXJ0aWZhY3RSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIMCgRwYXRoGAIgASgJEg4KBm9mZnNldBgDIAEoAyJJChtEb3dubG9hZEpvYkFydGlmYWN0UmVzcG9uc2USDgoGb2Zmc2V0GAEgASgDEgwKBGRhdGEYAiABKAwSDAoEc2l6ZRgDIAEoAzKCCwoOQ29udHJvbFNlcnZpY2USXAoJU3VibWl0Sm9iEiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuU3VibWl0Sm9iUmVxdWVzdBonLnN0YXJmb3JnZS5jb250cm9sLnYxLlN1Ym1pdEpvYlJlc3BvbnNlElMKBkdldEpvYhIjLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldEpvYlJlcXVlc3QaJC5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JSZXNwb25zZRJZCghMaXN0Sm9icxIlLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JzUmVxdWVzdBomLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JzUmVzcG9uc2USVgoHU3RvcEpvYhIkLnN0YXJmb3JnZS5jb250cm9sLnYxLlN0b3BKb2JSZXF1ZXN0GiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuU3RvcEpvYlJlc3BvbnNlElkKCFBhdXNlSm9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUGF1c2VKb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUGF1c2VKb2JSZXNwb25zZRJcCglSZXN1bWVKb2ISJi5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXN1bWVKb2JSZXF1ZXN0Gicuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVzdW1lSm9iUmVzcG9uc2USWQoIUmV0cnlKb2ISJS5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXRyeUpvYlJlcXVlc3QaJi5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXRyeUpvYlJlc3BvbnNlEmoKDVN0cmVhbUpvYkxvZ3MSKi5zdGFyZm9yZ2UuY29udHJvbC52MS5TdHJlYW1Kb2JMb2dzUmVxdWVzdBorLnN0YXJmb3JnZS5jb250cm9sLnYxLlN0cmVhbUpvYkxvZ3NSZXNwb25zZTABElsKCFdhdGNoSm9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuV2F0Y2hKb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuV2F0Y2hKb2JSZXNwb25zZTABEmgKDUdldEpvYk1ldHJpY3MSKi5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JNZXRyaWNzUmVxdWVzdBorLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldEpvYk1ldHJpY3NSZXNwb25zZRJoCg1HZXRKb2JTYW1wbGVzEiouc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0Sm9iU2FtcGxlc1JlcXVlc3QaKy5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JTYW1wbGVzUmVzcG9uc2USaAoNR2V0U2VydmVySW5mbxIqLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0Gisuc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlEnEKEExpc3RKb2JBcnRpZmFjdHMSLS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9iQXJ0aWZhY3RzUmVxdWVzdBouLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JBcnRpZmFjdHNSZXNwb25zZRJ8ChNEb3dubG9hZEpvYkFydGlmYWN0EjAuc3RhcmZvcmdlLmNvbnRyb2wudjEuRG93bmxvYWRKb2JBcnRpZmFjdFJlcXVlc3QaMS5zdGFyZm9yZ2UuY29udHJvbC52MS5Eb3dubG9hZEpvYkFydGlmYWN0UmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_starforge_job_v1_artifact, file_starforge_job_v1_job, file_starforge_job_v1_job_spec, file_starforge_job_v1_job_state, file_starforge_job_v1_telemetry]);
 
 /**
  * SubmitJobRequest carries the spec to admit.
@@ -730,6 +732,146 @@ export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*
   messageDesc(file_starforge_control_v1_control_service, 23);
 
 /**
+ * ListJobArtifactsRequest names the job.
+ *
+ * @generated from message starforge.control.v1.ListJobArtifactsRequest
+ */
+export type ListJobArtifactsRequest = Message<"starforge.control.v1.ListJobArtifactsRequest"> & {
+  /**
+   * Job id, or "latest".
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Page size, 1-1000; 0 means 200.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * The next_page_token of the previous page; empty for the first.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message starforge.control.v1.ListJobArtifactsRequest.
+ * Use `create(ListJobArtifactsRequestSchema)` to create a new message.
+ */
+export const ListJobArtifactsRequestSchema: GenMessage<ListJobArtifactsRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_control_v1_control_service, 24);
+
+/**
+ * ListJobArtifactsResponse is one page of the job's artifacts.
+ *
+ * @generated from message starforge.control.v1.ListJobArtifactsResponse
+ */
+export type ListJobArtifactsResponse = Message<"starforge.control.v1.ListJobArtifactsResponse"> & {
+  /**
+   * Entries, sorted by path.
+   *
+   * @generated from field: repeated starforge.job.v1.Artifact artifacts = 1;
+   */
+  artifacts: Artifact[];
+
+  /**
+   * Token of the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * The attempt whose FORGE_OUT_DIR was listed.
+   *
+   * @generated from field: string attempt_id = 3;
+   */
+  attemptId: string;
+};
+
+/**
+ * Describes the message starforge.control.v1.ListJobArtifactsResponse.
+ * Use `create(ListJobArtifactsResponseSchema)` to create a new message.
+ */
+export const ListJobArtifactsResponseSchema: GenMessage<ListJobArtifactsResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_control_v1_control_service, 25);
+
+/**
+ * DownloadJobArtifactRequest names one file.
+ *
+ * @generated from message starforge.control.v1.DownloadJobArtifactRequest
+ */
+export type DownloadJobArtifactRequest = Message<"starforge.control.v1.DownloadJobArtifactRequest"> & {
+  /**
+   * Job id, or "latest".
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Path relative to FORGE_OUT_DIR, "/"-separated, as ListJobArtifacts gives it.
+   *
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * Byte offset to start at.
+   *
+   * @generated from field: int64 offset = 3;
+   */
+  offset: bigint;
+};
+
+/**
+ * Describes the message starforge.control.v1.DownloadJobArtifactRequest.
+ * Use `create(DownloadJobArtifactRequestSchema)` to create a new message.
+ */
+export const DownloadJobArtifactRequestSchema: GenMessage<DownloadJobArtifactRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_control_v1_control_service, 26);
+
+/**
+ * DownloadJobArtifactResponse is one chunk.
+ *
+ * @generated from message starforge.control.v1.DownloadJobArtifactResponse
+ */
+export type DownloadJobArtifactResponse = Message<"starforge.control.v1.DownloadJobArtifactResponse"> & {
+  /**
+   * Offset of `data` in the file.
+   *
+   * @generated from field: int64 offset = 1;
+   */
+  offset: bigint;
+
+  /**
+   * At most 1 MiB of content.
+   *
+   * @generated from field: bytes data = 2;
+   */
+  data: Uint8Array;
+
+  /**
+   * Size of the file when the executor opened it.
+   *
+   * @generated from field: int64 size = 3;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message starforge.control.v1.DownloadJobArtifactResponse.
+ * Use `create(DownloadJobArtifactResponseSchema)` to create a new message.
+ */
+export const DownloadJobArtifactResponseSchema: GenMessage<DownloadJobArtifactResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_control_v1_control_service, 27);
+
+/**
  * ControlService is the user-facing job API of the control plane: submit, inspect, follow and
  * control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
  * metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
@@ -876,6 +1018,35 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof GetServerInfoRequestSchema;
     output: typeof GetServerInfoResponseSchema;
+  },
+  /**
+   * ListJobArtifacts lists what the job left in its FORGE_OUT_DIR (checkpoints, exports, eval
+   * results) on the executor of its latest attempt that ran: regular files with size and sha256,
+   * and links (never followed). Sorted by path, a page at a time.
+   * Errors: INVALID_ARGUMENT (bad page token), NOT_FOUND (no such job, or one the caller may not
+   * see), FAILED_PRECONDITION (the job never ran; its fleet cannot serve artifacts),
+   * UNAVAILABLE (the executor or its node is unreachable), UNAUTHENTICATED.
+   *
+   * @generated from rpc starforge.control.v1.ControlService.ListJobArtifacts
+   */
+  listJobArtifacts: {
+    methodKind: "unary";
+    input: typeof ListJobArtifactsRequestSchema;
+    output: typeof ListJobArtifactsResponseSchema;
+  },
+  /**
+   * DownloadJobArtifact streams one regular file of the job's FORGE_OUT_DIR from an offset, in
+   * chunks of at most 1 MiB (a resumed download passes the size it already has).
+   * Errors: INVALID_ARGUMENT (absolute path, "." or ".." parts, offset beyond the size),
+   * NOT_FOUND (no such job or file), FAILED_PRECONDITION (a link or not a regular file; the job
+   * never ran; its fleet cannot serve artifacts), UNAVAILABLE, UNAUTHENTICATED.
+   *
+   * @generated from rpc starforge.control.v1.ControlService.DownloadJobArtifact
+   */
+  downloadJobArtifact: {
+    methodKind: "server_streaming";
+    input: typeof DownloadJobArtifactRequestSchema;
+    output: typeof DownloadJobArtifactResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_starforge_control_v1_control_service, 0);

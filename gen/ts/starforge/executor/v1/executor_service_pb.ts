@@ -8,6 +8,8 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { LaunchRequestSchema } from "./launch_request_pb";
 import { file_starforge_executor_v1_launch_request } from "./launch_request_pb";
+import type { Artifact } from "../../job/v1/artifact_pb";
+import { file_starforge_job_v1_artifact } from "../../job/v1/artifact_pb";
 import type { FailureClass, JobState } from "../../job/v1/job_state_pb";
 import { file_starforge_job_v1_job_state } from "../../job/v1/job_state_pb";
 import type { Message } from "@bufbuild/protobuf";
@@ -16,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/executor/v1/executor_service.proto.
  */
 export const file_starforge_executor_v1_executor_service: GenFile = /*@__PURE__*/
-  fileDesc("CixzdGFyZm9yZ2UvZXhlY3V0b3IvdjEvZXhlY3V0b3Jfc2VydmljZS5wcm90bxIVc3RhcmZvcmdlLmV4ZWN1dG9yLnYxIloKD1Nlcmllc0ludmVudG9yeRIOCgZzZXJpZXMYASABKAkSDQoFbm9kZXMYAiABKAUSFQoNZ3B1c19wZXJfbm9kZRgDIAEoBRIRCglmcmVlX2dwdXMYBCABKAUiHQobRGVzY3JpYmVDYXBhYmlsaXRpZXNSZXF1ZXN0IsoBChxEZXNjcmliZUNhcGFiaWxpdGllc1Jlc3BvbnNlEgwKBGtpbmQYASABKAkSPwoMY2FwYWJpbGl0aWVzGAIgAygOMikuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLkV4ZWN1dG9yQ2FwYWJpbGl0eRI5CglpbnZlbnRvcnkYAyADKAsyJi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuU2VyaWVzSW52ZW50b3J5Eg8KB3J1bnRpbWUYBCABKAkSDwoHdmVyc2lvbhgFIAEoCSJ3Cg5MYXVuY2hSZXNwb25zZRIWCg5iYWNrZW5kX2hhbmRsZRgBIAEoCRIYChBhbHJlYWR5X2xhdW5jaGVkGAIgASgIEgwKBG5vZGUYAyABKAkSFAoMaW1hZ2VfZGlnZXN0GAQgASgJEg8KB291dF9kaXIYBSABKAkiJQoOT2JzZXJ2ZVJlcXVlc3QSEwoLYXR0ZW1wdF9pZHMYASADKAki4wIKC09ic2VydmF0aW9uEhIKCmF0dGVtcHRfaWQYASABKAkSKQoFc3RhdGUYAiABKA4yGi5zdGFyZm9yZ2Uuam9iLnYxLkpvYlN0YXRlEhEKCW5vdF9mb3VuZBgDIAEoCBIWCglleGl0X2NvZGUYBCABKAVIAIgBARIPCgdtZXNzYWdlGAUgASgJEhAKCGxvZ190YWlsGAYgAygJEhYKDmJhY2tlbmRfaGFuZGxlGAcgASgJEgwKBG5vZGUYCCABKAkSLgoKc3RhcnRfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKDWZhaWx1cmVfY2xhc3MYCyABKA4yHi5zdGFyZm9yZ2Uuam9iLnYxLkZhaWx1cmVDbGFzc0IMCgpfZXhpdF9jb2RlIksKD09ic2VydmVSZXNwb25zZRI4CgxvYnNlcnZhdGlvbnMYASADKAsyIi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuT2JzZXJ2YXRpb24iOAoLU3RvcFJlcXVlc3QSEgoKYXR0ZW1wdF9pZBgBIAEoCRIVCg1ncmFjZV9zZWNvbmRzGAIgASgFIh8KDFN0b3BSZXNwb25zZRIPCgdzdG9wcGVkGAEgASgIIiQKDkNsZWFudXBSZXF1ZXN0EhIKCmF0dGVtcHRfaWQYASABKAkiIgoPQ2xlYW51cFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAUiFQoTTGlzdEF0dGVtcHRzUmVxdWVzdCJQChRMaXN0QXR0ZW1wdHNSZXNwb25zZRI4CgxvYnNlcnZhdGlvbnMYASADKAsyIi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuT2JzZXJ2YXRpb24q3gEKEkV4ZWN1dG9yQ2FwYWJpbGl0eRIjCh9FWEVDVVRPUl9DQVBBQklMSVRZX1VOU1BFQ0lGSUVEEAASIgoeRVhFQ1VUT1JfQ0FQQUJJTElUWV9NVUxUSV9QT09MEAESHQoZRVhFQ1VUT1JfQ0FQQUJJTElUWV9QQVVTRRACEhwKGEVYRUNVVE9SX0NBUEFCSUxJVFlfR1BVUxADEiIKHkVYRUNVVE9SX0NBUEFCSUxJVFlfTVVMVElfTk9ERRAEEh4KGkVYRUNVVE9SX0NBUEFCSUxJVFlfSU1BR0VTEAUy1wQKD0V4ZWN1dG9yU2VydmljZRJ/ChREZXNjcmliZUNhcGFiaWxpdGllcxIyLnN0YXJmb3JnZS5leGVjdXRvci52MS5EZXNjcmliZUNhcGFiaWxpdGllc1JlcXVlc3QaMy5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuRGVzY3JpYmVDYXBhYmlsaXRpZXNSZXNwb25zZRJVCgZMYXVuY2gSJC5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuTGF1bmNoUmVxdWVzdBolLnN0YXJmb3JnZS5leGVjdXRvci52MS5MYXVuY2hSZXNwb25zZRJYCgdPYnNlcnZlEiUuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLk9ic2VydmVSZXF1ZXN0GiYuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLk9ic2VydmVSZXNwb25zZRJPCgRTdG9wEiIuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLlN0b3BSZXF1ZXN0GiMuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLlN0b3BSZXNwb25zZRJYCgdDbGVhbnVwEiUuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLkNsZWFudXBSZXF1ZXN0GiYuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLkNsZWFudXBSZXNwb25zZRJnCgxMaXN0QXR0ZW1wdHMSKi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuTGlzdEF0dGVtcHRzUmVxdWVzdBorLnN0YXJmb3JnZS5leGVjdXRvci52MS5MaXN0QXR0ZW1wdHNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_starforge_executor_v1_launch_request, file_starforge_job_v1_job_state]);
+  fileDesc("CixzdGFyZm9yZ2UvZXhlY3V0b3IvdjEvZXhlY3V0b3Jfc2VydmljZS5wcm90bxIVc3RhcmZvcmdlLmV4ZWN1dG9yLnYxIloKD1Nlcmllc0ludmVudG9yeRIOCgZzZXJpZXMYASABKAkSDQoFbm9kZXMYAiABKAUSFQoNZ3B1c19wZXJfbm9kZRgDIAEoBRIRCglmcmVlX2dwdXMYBCABKAUiHQobRGVzY3JpYmVDYXBhYmlsaXRpZXNSZXF1ZXN0IsoBChxEZXNjcmliZUNhcGFiaWxpdGllc1Jlc3BvbnNlEgwKBGtpbmQYASABKAkSPwoMY2FwYWJpbGl0aWVzGAIgAygOMikuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLkV4ZWN1dG9yQ2FwYWJpbGl0eRI5CglpbnZlbnRvcnkYAyADKAsyJi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuU2VyaWVzSW52ZW50b3J5Eg8KB3J1bnRpbWUYBCABKAkSDwoHdmVyc2lvbhgFIAEoCSJ3Cg5MYXVuY2hSZXNwb25zZRIWCg5iYWNrZW5kX2hhbmRsZRgBIAEoCRIYChBhbHJlYWR5X2xhdW5jaGVkGAIgASgIEgwKBG5vZGUYAyABKAkSFAoMaW1hZ2VfZGlnZXN0GAQgASgJEg8KB291dF9kaXIYBSABKAkiJQoOT2JzZXJ2ZVJlcXVlc3QSEwoLYXR0ZW1wdF9pZHMYASADKAki4wIKC09ic2VydmF0aW9uEhIKCmF0dGVtcHRfaWQYASABKAkSKQoFc3RhdGUYAiABKA4yGi5zdGFyZm9yZ2Uuam9iLnYxLkpvYlN0YXRlEhEKCW5vdF9mb3VuZBgDIAEoCBIWCglleGl0X2NvZGUYBCABKAVIAIgBARIPCgdtZXNzYWdlGAUgASgJEhAKCGxvZ190YWlsGAYgAygJEhYKDmJhY2tlbmRfaGFuZGxlGAcgASgJEgwKBG5vZGUYCCABKAkSLgoKc3RhcnRfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKDWZhaWx1cmVfY2xhc3MYCyABKA4yHi5zdGFyZm9yZ2Uuam9iLnYxLkZhaWx1cmVDbGFzc0IMCgpfZXhpdF9jb2RlIksKD09ic2VydmVSZXNwb25zZRI4CgxvYnNlcnZhdGlvbnMYASADKAsyIi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuT2JzZXJ2YXRpb24iOAoLU3RvcFJlcXVlc3QSEgoKYXR0ZW1wdF9pZBgBIAEoCRIVCg1ncmFjZV9zZWNvbmRzGAIgASgFIh8KDFN0b3BSZXNwb25zZRIPCgdzdG9wcGVkGAEgASgIIiQKDkNsZWFudXBSZXF1ZXN0EhIKCmF0dGVtcHRfaWQYASABKAkiIgoPQ2xlYW51cFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAUiFQoTTGlzdEF0dGVtcHRzUmVxdWVzdCJQChRMaXN0QXR0ZW1wdHNSZXNwb25zZRI4CgxvYnNlcnZhdGlvbnMYASADKAsyIi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuT2JzZXJ2YXRpb24icAoUTGlzdEFydGlmYWN0c1JlcXVlc3QSEgoKYXR0ZW1wdF9pZBgBIAEoCRIPCgdvdXRfa2V5GAIgASgJEgwKBG5vZGUYAyABKAkSEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAkiXwoVTGlzdEFydGlmYWN0c1Jlc3BvbnNlEi0KCWFydGlmYWN0cxgBIAMoCzIaLnN0YXJmb3JnZS5qb2IudjEuQXJ0aWZhY3QSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImYKE1JlYWRBcnRpZmFjdFJlcXVlc3QSEgoKYXR0ZW1wdF9pZBgBIAEoCRIPCgdvdXRfa2V5GAIgASgJEgwKBG5vZGUYAyABKAkSDAoEcGF0aBgEIAEoCRIOCgZvZmZzZXQYBSABKAMiQgoUUmVhZEFydGlmYWN0UmVzcG9uc2USDgoGb2Zmc2V0GAEgASgDEgwKBGRhdGEYAiABKAwSDAoEc2l6ZRgDIAEoAyqBAgoSRXhlY3V0b3JDYXBhYmlsaXR5EiMKH0VYRUNVVE9SX0NBUEFCSUxJVFlfVU5TUEVDSUZJRUQQABIiCh5FWEVDVVRPUl9DQVBBQklMSVRZX01VTFRJX1BPT0wQARIdChlFWEVDVVRPUl9DQVBBQklMSVRZX1BBVVNFEAISHAoYRVhFQ1VUT1JfQ0FQQUJJTElUWV9HUFVTEAMSIgoeRVhFQ1VUT1JfQ0FQQUJJTElUWV9NVUxUSV9OT0RFEAQSHgoaRVhFQ1VUT1JfQ0FQQUJJTElUWV9JTUFHRVMQBRIhCh1FWEVDVVRPUl9DQVBBQklMSVRZX0FSVElGQUNUUxAGMq4GCg9FeGVjdXRvclNlcnZpY2USfwoURGVzY3JpYmVDYXBhYmlsaXRpZXMSMi5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuRGVzY3JpYmVDYXBhYmlsaXRpZXNSZXF1ZXN0GjMuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLkRlc2NyaWJlQ2FwYWJpbGl0aWVzUmVzcG9uc2USVQoGTGF1bmNoEiQuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLkxhdW5jaFJlcXVlc3QaJS5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuTGF1bmNoUmVzcG9uc2USWAoHT2JzZXJ2ZRIlLnN0YXJmb3JnZS5leGVjdXRvci52MS5PYnNlcnZlUmVxdWVzdBomLnN0YXJmb3JnZS5leGVjdXRvci52MS5PYnNlcnZlUmVzcG9uc2USTwoEU3RvcBIiLnN0YXJmb3JnZS5leGVjdXRvci52MS5TdG9wUmVxdWVzdBojLnN0YXJmb3JnZS5leGVjdXRvci52MS5TdG9wUmVzcG9uc2USWAoHQ2xlYW51cBIlLnN0YXJmb3JnZS5leGVjdXRvci52MS5DbGVhbnVwUmVxdWVzdBomLnN0YXJmb3JnZS5leGVjdXRvci52MS5DbGVhbnVwUmVzcG9uc2USZwoMTGlzdEF0dGVtcHRzEiouc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLkxpc3RBdHRlbXB0c1JlcXVlc3QaKy5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuTGlzdEF0dGVtcHRzUmVzcG9uc2USagoNTGlzdEFydGlmYWN0cxIrLnN0YXJmb3JnZS5leGVjdXRvci52MS5MaXN0QXJ0aWZhY3RzUmVxdWVzdBosLnN0YXJmb3JnZS5leGVjdXRvci52MS5MaXN0QXJ0aWZhY3RzUmVzcG9uc2USaQoMUmVhZEFydGlmYWN0Eiouc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLlJlYWRBcnRpZmFjdFJlcXVlc3QaKy5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuUmVhZEFydGlmYWN0UmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_starforge_executor_v1_launch_request, file_starforge_job_v1_artifact, file_starforge_job_v1_job_state]);
 
 /**
  * SeriesInventory is the executor's GPUs of one series.
@@ -435,6 +437,167 @@ export const ListAttemptsResponseSchema: GenMessage<ListAttemptsResponse> = /*@_
   messageDesc(file_starforge_executor_v1_executor_service, 12);
 
 /**
+ * ListArtifactsRequest names a job's FORGE_OUT_DIR.
+ *
+ * @generated from message starforge.executor.v1.ListArtifactsRequest
+ */
+export type ListArtifactsRequest = Message<"starforge.executor.v1.ListArtifactsRequest"> & {
+  /**
+   * The attempt whose FORGE_OUT_DIR is meant (the latest one that ran).
+   *
+   * @generated from field: string attempt_id = 1;
+   */
+  attemptId: string;
+
+  /**
+   * The FORGE_OUT_DIR key of that attempt's LaunchRequest (`out_key`, or its job id when empty).
+   *
+   * @generated from field: string out_key = 2;
+   */
+  outKey: string;
+
+  /**
+   * The node the attempt ran on, as the control plane recorded it (the agent kind asks that node).
+   *
+   * @generated from field: string node = 3;
+   */
+  node: string;
+
+  /**
+   * Page size, 1-1000; 0 means 200.
+   *
+   * @generated from field: int32 page_size = 4;
+   */
+  pageSize: number;
+
+  /**
+   * The next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message starforge.executor.v1.ListArtifactsRequest.
+ * Use `create(ListArtifactsRequestSchema)` to create a new message.
+ */
+export const ListArtifactsRequestSchema: GenMessage<ListArtifactsRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_executor_v1_executor_service, 13);
+
+/**
+ * ListArtifactsResponse is one page of the listing.
+ *
+ * @generated from message starforge.executor.v1.ListArtifactsResponse
+ */
+export type ListArtifactsResponse = Message<"starforge.executor.v1.ListArtifactsResponse"> & {
+  /**
+   * Entries, sorted by path.
+   *
+   * @generated from field: repeated starforge.job.v1.Artifact artifacts = 1;
+   */
+  artifacts: Artifact[];
+
+  /**
+   * Token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message starforge.executor.v1.ListArtifactsResponse.
+ * Use `create(ListArtifactsResponseSchema)` to create a new message.
+ */
+export const ListArtifactsResponseSchema: GenMessage<ListArtifactsResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_executor_v1_executor_service, 14);
+
+/**
+ * ReadArtifactRequest names one file of a job's FORGE_OUT_DIR.
+ *
+ * @generated from message starforge.executor.v1.ReadArtifactRequest
+ */
+export type ReadArtifactRequest = Message<"starforge.executor.v1.ReadArtifactRequest"> & {
+  /**
+   * The attempt whose FORGE_OUT_DIR is meant.
+   *
+   * @generated from field: string attempt_id = 1;
+   */
+  attemptId: string;
+
+  /**
+   * The FORGE_OUT_DIR key of that attempt's LaunchRequest.
+   *
+   * @generated from field: string out_key = 2;
+   */
+  outKey: string;
+
+  /**
+   * The node the attempt ran on (agent kind).
+   *
+   * @generated from field: string node = 3;
+   */
+  node: string;
+
+  /**
+   * Path relative to FORGE_OUT_DIR, "/"-separated.
+   *
+   * @generated from field: string path = 4;
+   */
+  path: string;
+
+  /**
+   * Byte offset to start at (a resumed download passes the size it already has).
+   *
+   * @generated from field: int64 offset = 5;
+   */
+  offset: bigint;
+};
+
+/**
+ * Describes the message starforge.executor.v1.ReadArtifactRequest.
+ * Use `create(ReadArtifactRequestSchema)` to create a new message.
+ */
+export const ReadArtifactRequestSchema: GenMessage<ReadArtifactRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_executor_v1_executor_service, 15);
+
+/**
+ * ReadArtifactResponse is one chunk of the file.
+ *
+ * @generated from message starforge.executor.v1.ReadArtifactResponse
+ */
+export type ReadArtifactResponse = Message<"starforge.executor.v1.ReadArtifactResponse"> & {
+  /**
+   * Offset of `data` in the file.
+   *
+   * @generated from field: int64 offset = 1;
+   */
+  offset: bigint;
+
+  /**
+   * At most 1 MiB of content; empty only in the single message for a read at the file's end.
+   *
+   * @generated from field: bytes data = 2;
+   */
+  data: Uint8Array;
+
+  /**
+   * Size of the file when it was opened.
+   *
+   * @generated from field: int64 size = 3;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message starforge.executor.v1.ReadArtifactResponse.
+ * Use `create(ReadArtifactResponseSchema)` to create a new message.
+ */
+export const ReadArtifactResponseSchema: GenMessage<ReadArtifactResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_executor_v1_executor_service, 16);
+
+/**
  * ExecutorCapability is an optional feature an executor kind declares.
  *
  * @generated from enum starforge.executor.v1.ExecutorCapability
@@ -481,6 +644,13 @@ export enum ExecutorCapability {
    * @generated from enum value: EXECUTOR_CAPABILITY_IMAGES = 5;
    */
   IMAGES = 5,
+
+  /**
+   * ListArtifacts and ReadArtifact serve the files a job left in FORGE_OUT_DIR.
+   *
+   * @generated from enum value: EXECUTOR_CAPABILITY_ARTIFACTS = 6;
+   */
+  ARTIFACTS = 6,
 }
 
 /**
@@ -570,6 +740,35 @@ export const ExecutorService: GenService<{
     methodKind: "unary";
     input: typeof ListAttemptsRequestSchema;
     output: typeof ListAttemptsResponseSchema;
+  },
+  /**
+   * ListArtifacts lists the regular files and links a job left in its FORGE_OUT_DIR on this
+   * backend, sorted by path, a page at a time. Links are listed, never followed. Kinds without
+   * the ARTIFACTS capability refuse it.
+   * Errors: INVALID_ARGUMENT (bad out_key, attempt_id or page_token), NOT_FOUND (no such
+   * FORGE_OUT_DIR here), FAILED_PRECONDITION (the kind cannot serve artifacts; the out dir holds
+   * more entries than the executor lists), UNAVAILABLE (backend or node unreachable).
+   *
+   * @generated from rpc starforge.executor.v1.ExecutorService.ListArtifacts
+   */
+  listArtifacts: {
+    methodKind: "unary";
+    input: typeof ListArtifactsRequestSchema;
+    output: typeof ListArtifactsResponseSchema;
+  },
+  /**
+   * ReadArtifact streams one regular file of a FORGE_OUT_DIR from an offset, in chunks of at most
+   * 1 MiB, in order. No link is followed on the way to the file or at it.
+   * Errors: INVALID_ARGUMENT (a path that is absolute, has "." or ".." or empty parts, or is too
+   * long; an offset beyond the file's size), NOT_FOUND (no such file), FAILED_PRECONDITION (the
+   * path is a link or not a regular file; the kind cannot serve artifacts), UNAVAILABLE.
+   *
+   * @generated from rpc starforge.executor.v1.ExecutorService.ReadArtifact
+   */
+  readArtifact: {
+    methodKind: "server_streaming";
+    input: typeof ReadArtifactRequestSchema;
+    output: typeof ReadArtifactResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_starforge_executor_v1_executor_service, 0);

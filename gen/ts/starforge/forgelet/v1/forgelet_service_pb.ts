@@ -10,13 +10,15 @@ import type { LaunchRequest } from "../../executor/v1/launch_request_pb";
 import { file_starforge_executor_v1_launch_request } from "../../executor/v1/launch_request_pb";
 import type { Node } from "./node_pb";
 import { file_starforge_forgelet_v1_node } from "./node_pb";
+import type { Artifact } from "../../job/v1/artifact_pb";
+import { file_starforge_job_v1_artifact } from "../../job/v1/artifact_pb";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file starforge/forgelet/v1/forgelet_service.proto.
  */
 export const file_starforge_forgelet_v1_forgelet_service: GenFile = /*@__PURE__*/
-  fileDesc("CixzdGFyZm9yZ2UvZm9yZ2VsZXQvdjEvZm9yZ2VsZXRfc2VydmljZS5wcm90bxIVc3RhcmZvcmdlLmZvcmdlbGV0LnYxIhAKDkdldE5vZGVSZXF1ZXN0IjwKD0dldE5vZGVSZXNwb25zZRIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUiYAoTU3RhcnRBdHRlbXB0UmVxdWVzdBI0CgZsYXVuY2gYASABKAsyJC5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuTGF1bmNoUmVxdWVzdBITCgtncHVfaW5kaWNlcxgCIAMoBSJFChRTdGFydEF0dGVtcHRSZXNwb25zZRIUCgxjb250YWluZXJfaWQYASABKAkSFwoPYWxyZWFkeV9zdGFydGVkGAIgASgIIi0KFkluc3BlY3RBdHRlbXB0c1JlcXVlc3QSEwoLYXR0ZW1wdF9pZHMYASADKAkiUwoXSW5zcGVjdEF0dGVtcHRzUmVzcG9uc2USOAoMb2JzZXJ2YXRpb25zGAEgAygLMiIuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLk9ic2VydmF0aW9uIj8KElN0b3BBdHRlbXB0UmVxdWVzdBISCgphdHRlbXB0X2lkGAEgASgJEhUKDWdyYWNlX3NlY29uZHMYAiABKAUiJgoTU3RvcEF0dGVtcHRSZXNwb25zZRIPCgdzdG9wcGVkGAEgASgIIioKFFJlbW92ZUF0dGVtcHRSZXF1ZXN0EhIKCmF0dGVtcHRfaWQYASABKAkiKAoVUmVtb3ZlQXR0ZW1wdFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgiDgoMRHJhaW5SZXF1ZXN0IiwKDURyYWluUmVzcG9uc2USGwoTc3RvcHBlZF9hdHRlbXB0X2lkcxgBIAMoCTLsBAoPRm9yZ2VsZXRTZXJ2aWNlElgKB0dldE5vZGUSJS5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuR2V0Tm9kZVJlcXVlc3QaJi5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuR2V0Tm9kZVJlc3BvbnNlEmcKDFN0YXJ0QXR0ZW1wdBIqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5TdGFydEF0dGVtcHRSZXF1ZXN0Gisuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlN0YXJ0QXR0ZW1wdFJlc3BvbnNlEnAKD0luc3BlY3RBdHRlbXB0cxItLnN0YXJmb3JnZS5mb3JnZWxldC52MS5JbnNwZWN0QXR0ZW1wdHNSZXF1ZXN0Gi4uc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkluc3BlY3RBdHRlbXB0c1Jlc3BvbnNlEmQKC1N0b3BBdHRlbXB0Eikuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlN0b3BBdHRlbXB0UmVxdWVzdBoqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5TdG9wQXR0ZW1wdFJlc3BvbnNlEmoKDVJlbW92ZUF0dGVtcHQSKy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuUmVtb3ZlQXR0ZW1wdFJlcXVlc3QaLC5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuUmVtb3ZlQXR0ZW1wdFJlc3BvbnNlElIKBURyYWluEiMuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkRyYWluUmVxdWVzdBokLnN0YXJmb3JnZS5mb3JnZWxldC52MS5EcmFpblJlc3BvbnNlYgZwcm90bzM", [file_starforge_executor_v1_executor_service, file_starforge_executor_v1_launch_request, file_starforge_forgelet_v1_node]);
+  fileDesc("CixzdGFyZm9yZ2UvZm9yZ2VsZXQvdjEvZm9yZ2VsZXRfc2VydmljZS5wcm90bxIVc3RhcmZvcmdlLmZvcmdlbGV0LnYxIhAKDkdldE5vZGVSZXF1ZXN0IjwKD0dldE5vZGVSZXNwb25zZRIpCgRub2RlGAEgASgLMhsuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLk5vZGUiYAoTU3RhcnRBdHRlbXB0UmVxdWVzdBI0CgZsYXVuY2gYASABKAsyJC5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuTGF1bmNoUmVxdWVzdBITCgtncHVfaW5kaWNlcxgCIAMoBSJFChRTdGFydEF0dGVtcHRSZXNwb25zZRIUCgxjb250YWluZXJfaWQYASABKAkSFwoPYWxyZWFkeV9zdGFydGVkGAIgASgIIi0KFkluc3BlY3RBdHRlbXB0c1JlcXVlc3QSEwoLYXR0ZW1wdF9pZHMYASADKAkiUwoXSW5zcGVjdEF0dGVtcHRzUmVzcG9uc2USOAoMb2JzZXJ2YXRpb25zGAEgAygLMiIuc3RhcmZvcmdlLmV4ZWN1dG9yLnYxLk9ic2VydmF0aW9uIj8KElN0b3BBdHRlbXB0UmVxdWVzdBISCgphdHRlbXB0X2lkGAEgASgJEhUKDWdyYWNlX3NlY29uZHMYAiABKAUiJgoTU3RvcEF0dGVtcHRSZXNwb25zZRIPCgdzdG9wcGVkGAEgASgIIioKFFJlbW92ZUF0dGVtcHRSZXF1ZXN0EhIKCmF0dGVtcHRfaWQYASABKAkiKAoVUmVtb3ZlQXR0ZW1wdFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgiDgoMRHJhaW5SZXF1ZXN0IiwKDURyYWluUmVzcG9uc2USGwoTc3RvcHBlZF9hdHRlbXB0X2lkcxgBIAMoCSJOChRMaXN0QXJ0aWZhY3RzUmVxdWVzdBIPCgdvdXRfa2V5GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIl8KFUxpc3RBcnRpZmFjdHNSZXNwb25zZRItCglhcnRpZmFjdHMYASADKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkFydGlmYWN0EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJEChNSZWFkQXJ0aWZhY3RSZXF1ZXN0Eg8KB291dF9rZXkYASABKAkSDAoEcGF0aBgCIAEoCRIOCgZvZmZzZXQYAyABKAMiQgoUUmVhZEFydGlmYWN0UmVzcG9uc2USDgoGb2Zmc2V0GAEgASgDEgwKBGRhdGEYAiABKAwSDAoEc2l6ZRgDIAEoAzLDBgoPRm9yZ2VsZXRTZXJ2aWNlElgKB0dldE5vZGUSJS5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuR2V0Tm9kZVJlcXVlc3QaJi5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuR2V0Tm9kZVJlc3BvbnNlEmcKDFN0YXJ0QXR0ZW1wdBIqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5TdGFydEF0dGVtcHRSZXF1ZXN0Gisuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlN0YXJ0QXR0ZW1wdFJlc3BvbnNlEnAKD0luc3BlY3RBdHRlbXB0cxItLnN0YXJmb3JnZS5mb3JnZWxldC52MS5JbnNwZWN0QXR0ZW1wdHNSZXF1ZXN0Gi4uc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkluc3BlY3RBdHRlbXB0c1Jlc3BvbnNlEmQKC1N0b3BBdHRlbXB0Eikuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlN0b3BBdHRlbXB0UmVxdWVzdBoqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5TdG9wQXR0ZW1wdFJlc3BvbnNlEmoKDVJlbW92ZUF0dGVtcHQSKy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuUmVtb3ZlQXR0ZW1wdFJlcXVlc3QaLC5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuUmVtb3ZlQXR0ZW1wdFJlc3BvbnNlElIKBURyYWluEiMuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLkRyYWluUmVxdWVzdBokLnN0YXJmb3JnZS5mb3JnZWxldC52MS5EcmFpblJlc3BvbnNlEmoKDUxpc3RBcnRpZmFjdHMSKy5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTGlzdEFydGlmYWN0c1JlcXVlc3QaLC5zdGFyZm9yZ2UuZm9yZ2VsZXQudjEuTGlzdEFydGlmYWN0c1Jlc3BvbnNlEmkKDFJlYWRBcnRpZmFjdBIqLnN0YXJmb3JnZS5mb3JnZWxldC52MS5SZWFkQXJ0aWZhY3RSZXF1ZXN0Gisuc3RhcmZvcmdlLmZvcmdlbGV0LnYxLlJlYWRBcnRpZmFjdFJlc3BvbnNlMAFiBnByb3RvMw", [file_starforge_executor_v1_executor_service, file_starforge_executor_v1_launch_request, file_starforge_forgelet_v1_node, file_starforge_job_v1_artifact]);
 
 /**
  * GetNodeRequest asks for the node.
@@ -280,6 +282,139 @@ export const DrainResponseSchema: GenMessage<DrainResponse> = /*@__PURE__*/
   messageDesc(file_starforge_forgelet_v1_forgelet_service, 11);
 
 /**
+ * ListArtifactsRequest names a FORGE_OUT_DIR on this node.
+ *
+ * @generated from message starforge.forgelet.v1.ListArtifactsRequest
+ */
+export type ListArtifactsRequest = Message<"starforge.forgelet.v1.ListArtifactsRequest"> & {
+  /**
+   * The FORGE_OUT_DIR key (the LaunchRequest's out_key, or its job id).
+   *
+   * @generated from field: string out_key = 1;
+   */
+  outKey: string;
+
+  /**
+   * Page size, 1-1000; 0 means 200.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * The next_page_token of the previous page; empty for the first.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.ListArtifactsRequest.
+ * Use `create(ListArtifactsRequestSchema)` to create a new message.
+ */
+export const ListArtifactsRequestSchema: GenMessage<ListArtifactsRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_forgelet_service, 12);
+
+/**
+ * ListArtifactsResponse is one page.
+ *
+ * @generated from message starforge.forgelet.v1.ListArtifactsResponse
+ */
+export type ListArtifactsResponse = Message<"starforge.forgelet.v1.ListArtifactsResponse"> & {
+  /**
+   * Entries, sorted by path.
+   *
+   * @generated from field: repeated starforge.job.v1.Artifact artifacts = 1;
+   */
+  artifacts: Artifact[];
+
+  /**
+   * Token of the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.ListArtifactsResponse.
+ * Use `create(ListArtifactsResponseSchema)` to create a new message.
+ */
+export const ListArtifactsResponseSchema: GenMessage<ListArtifactsResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_forgelet_service, 13);
+
+/**
+ * ReadArtifactRequest names one file of a FORGE_OUT_DIR on this node.
+ *
+ * @generated from message starforge.forgelet.v1.ReadArtifactRequest
+ */
+export type ReadArtifactRequest = Message<"starforge.forgelet.v1.ReadArtifactRequest"> & {
+  /**
+   * The FORGE_OUT_DIR key.
+   *
+   * @generated from field: string out_key = 1;
+   */
+  outKey: string;
+
+  /**
+   * Path relative to FORGE_OUT_DIR, "/"-separated.
+   *
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * Byte offset to start at.
+   *
+   * @generated from field: int64 offset = 3;
+   */
+  offset: bigint;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.ReadArtifactRequest.
+ * Use `create(ReadArtifactRequestSchema)` to create a new message.
+ */
+export const ReadArtifactRequestSchema: GenMessage<ReadArtifactRequest> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_forgelet_service, 14);
+
+/**
+ * ReadArtifactResponse is one chunk.
+ *
+ * @generated from message starforge.forgelet.v1.ReadArtifactResponse
+ */
+export type ReadArtifactResponse = Message<"starforge.forgelet.v1.ReadArtifactResponse"> & {
+  /**
+   * Offset of `data` in the file.
+   *
+   * @generated from field: int64 offset = 1;
+   */
+  offset: bigint;
+
+  /**
+   * At most 1 MiB of content.
+   *
+   * @generated from field: bytes data = 2;
+   */
+  data: Uint8Array;
+
+  /**
+   * Size of the file when it was opened.
+   *
+   * @generated from field: int64 size = 3;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message starforge.forgelet.v1.ReadArtifactResponse.
+ * Use `create(ReadArtifactResponseSchema)` to create a new message.
+ */
+export const ReadArtifactResponseSchema: GenMessage<ReadArtifactResponse> = /*@__PURE__*/
+  messageDesc(file_starforge_forgelet_v1_forgelet_service, 15);
+
+/**
  * ForgeletService is served by forgelet on each GPU node and called by the agent executor.
  * forgelet runs each attempt in a container labelled with its attempt id; it finds them again
  * after its own restart, so restarting forgelet never kills a running job. Calls need the
@@ -354,6 +489,31 @@ export const ForgeletService: GenService<{
     methodKind: "unary";
     input: typeof DrainRequestSchema;
     output: typeof DrainResponseSchema;
+  },
+  /**
+   * ListArtifacts lists a FORGE_OUT_DIR of this node, sorted by path, a page at a time (links
+   * listed, never followed).
+   * Errors: INVALID_ARGUMENT (bad out_key or page_token), NOT_FOUND (no such FORGE_OUT_DIR),
+   * FAILED_PRECONDITION (more entries than the node lists), UNAUTHENTICATED.
+   *
+   * @generated from rpc starforge.forgelet.v1.ForgeletService.ListArtifacts
+   */
+  listArtifacts: {
+    methodKind: "unary";
+    input: typeof ListArtifactsRequestSchema;
+    output: typeof ListArtifactsResponseSchema;
+  },
+  /**
+   * ReadArtifact streams one regular file of a FORGE_OUT_DIR of this node from an offset.
+   * Errors: INVALID_ARGUMENT (bad path or offset), NOT_FOUND, FAILED_PRECONDITION (a link or
+   * not a regular file), UNAUTHENTICATED.
+   *
+   * @generated from rpc starforge.forgelet.v1.ForgeletService.ReadArtifact
+   */
+  readArtifact: {
+    methodKind: "server_streaming";
+    input: typeof ReadArtifactRequestSchema;
+    output: typeof ReadArtifactResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_starforge_forgelet_v1_forgelet_service, 0);

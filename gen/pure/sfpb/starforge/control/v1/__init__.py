@@ -15,6 +15,8 @@ __all__ = (
     "DatasetServiceStub",
     "DeleteSecretRequest",
     "DeleteSecretResponse",
+    "DownloadJobArtifactRequest",
+    "DownloadJobArtifactResponse",
     "DrainFleetRequest",
     "DrainFleetResponse",
     "ErrorReason",
@@ -38,6 +40,8 @@ __all__ = (
     "ListDatasetsResponse",
     "ListFleetsRequest",
     "ListFleetsResponse",
+    "ListJobArtifactsRequest",
+    "ListJobArtifactsResponse",
     "ListJobsRequest",
     "ListJobsResponse",
     "ListProfilesRequest",
@@ -579,6 +583,58 @@ default_message_pool.register_message("starforge.control.v1", "DeleteSecretRespo
 
 
 @dataclass(eq=False, repr=False)
+class DownloadJobArtifactRequest(betterproto2.Message):
+    """
+    DownloadJobArtifactRequest names one file.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id, or "latest".
+    """
+
+    path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Path relative to FORGE_OUT_DIR, "/"-separated, as ListJobArtifacts gives it.
+    """
+
+    offset: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Byte offset to start at.
+    """
+
+
+default_message_pool.register_message("starforge.control.v1", "DownloadJobArtifactRequest", DownloadJobArtifactRequest)
+
+
+@dataclass(eq=False, repr=False)
+class DownloadJobArtifactResponse(betterproto2.Message):
+    """
+    DownloadJobArtifactResponse is one chunk.
+    """
+
+    offset: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Offset of `data` in the file.
+    """
+
+    data: "bytes" = betterproto2.field(2, betterproto2.TYPE_BYTES)
+    """
+    At most 1 MiB of content.
+    """
+
+    size: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Size of the file when the executor opened it.
+    """
+
+
+default_message_pool.register_message(
+    "starforge.control.v1", "DownloadJobArtifactResponse", DownloadJobArtifactResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class DrainFleetRequest(betterproto2.Message):
     """
     DrainFleetRequest names a fleet.
@@ -999,6 +1055,56 @@ class ListFleetsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("starforge.control.v1", "ListFleetsResponse", ListFleetsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListJobArtifactsRequest(betterproto2.Message):
+    """
+    ListJobArtifactsRequest names the job.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id, or "latest".
+    """
+
+    page_size: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    Page size, 1-1000; 0 means 200.
+    """
+
+    page_token: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The next_page_token of the previous page; empty for the first.
+    """
+
+
+default_message_pool.register_message("starforge.control.v1", "ListJobArtifactsRequest", ListJobArtifactsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListJobArtifactsResponse(betterproto2.Message):
+    """
+    ListJobArtifactsResponse is one page of the job's artifacts.
+    """
+
+    artifacts: "list[__job__v1__.Artifact]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Entries, sorted by path.
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Token of the next page; empty on the last.
+    """
+
+    attempt_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The attempt whose FORGE_OUT_DIR was listed.
+    """
+
+
+default_message_pool.register_message("starforge.control.v1", "ListJobArtifactsResponse", ListJobArtifactsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2408,6 +2514,58 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
             deadline=deadline,
             metadata=metadata,
         )
+
+    async def list_job_artifacts(
+        self,
+        message: "ListJobArtifactsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListJobArtifactsResponse":
+        """
+        ListJobArtifacts lists what the job left in its FORGE_OUT_DIR (checkpoints, exports, eval
+        results) on the executor of its latest attempt that ran: regular files with size and sha256,
+        and links (never followed). Sorted by path, a page at a time.
+        Errors: INVALID_ARGUMENT (bad page token), NOT_FOUND (no such job, or one the caller may not
+        see), FAILED_PRECONDITION (the job never ran; its fleet cannot serve artifacts),
+        UNAVAILABLE (the executor or its node is unreachable), UNAUTHENTICATED.
+        """
+
+        return await self._unary_unary(
+            "/starforge.control.v1.ControlService/ListJobArtifacts",
+            message,
+            ListJobArtifactsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def download_job_artifact(
+        self,
+        message: "DownloadJobArtifactRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AsyncIterator[DownloadJobArtifactResponse]":
+        """
+        DownloadJobArtifact streams one regular file of the job's FORGE_OUT_DIR from an offset, in
+        chunks of at most 1 MiB (a resumed download passes the size it already has).
+        Errors: INVALID_ARGUMENT (absolute path, "." or ".." parts, offset beyond the size),
+        NOT_FOUND (no such job or file), FAILED_PRECONDITION (a link or not a regular file; the job
+        never ran; its fleet cannot serve artifacts), UNAVAILABLE, UNAUTHENTICATED.
+        """
+
+        async for response in self._unary_stream(
+            "/starforge.control.v1.ControlService/DownloadJobArtifact",
+            message,
+            DownloadJobArtifactResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
 
 
 class DatasetServiceStub(betterproto2_grpclib.ServiceStub):

@@ -20,11 +20,15 @@ __all__ = (
     "IngestTarget",
     "LaunchRequest",
     "LaunchResponse",
+    "ListArtifactsRequest",
+    "ListArtifactsResponse",
     "ListAttemptsRequest",
     "ListAttemptsResponse",
     "Observation",
     "ObserveRequest",
     "ObserveResponse",
+    "ReadArtifactRequest",
+    "ReadArtifactResponse",
     "ResolvedDataset",
     "SeriesInventory",
     "StopRequest",
@@ -32,6 +36,7 @@ __all__ = (
 )
 
 import datetime
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -128,6 +133,11 @@ class ExecutorCapability(betterproto2.Enum):
     Runs OCI images (the local process runtime does not).
     """
 
+    ARTIFACTS = 6
+    """
+    ListArtifacts and ReadArtifact serve the files a job left in FORGE_OUT_DIR.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -137,6 +147,7 @@ class ExecutorCapability(betterproto2.Enum):
             3: "EXECUTOR_CAPABILITY_GPUS",
             4: "EXECUTOR_CAPABILITY_MULTI_NODE",
             5: "EXECUTOR_CAPABILITY_IMAGES",
+            6: "EXECUTOR_CAPABILITY_ARTIFACTS",
         }
 
     @classmethod
@@ -148,6 +159,7 @@ class ExecutorCapability(betterproto2.Enum):
             "EXECUTOR_CAPABILITY_GPUS": 3,
             "EXECUTOR_CAPABILITY_MULTI_NODE": 4,
             "EXECUTOR_CAPABILITY_IMAGES": 5,
+            "EXECUTOR_CAPABILITY_ARTIFACTS": 6,
         }
 
 
@@ -659,6 +671,61 @@ default_message_pool.register_message("starforge.executor.v1", "LaunchResponse",
 
 
 @dataclass(eq=False, repr=False)
+class ListArtifactsRequest(betterproto2.Message):
+    """
+    ListArtifactsRequest names a job's FORGE_OUT_DIR.
+    """
+
+    attempt_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The attempt whose FORGE_OUT_DIR is meant (the latest one that ran).
+    """
+
+    out_key: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The FORGE_OUT_DIR key of that attempt's LaunchRequest (`out_key`, or its job id when empty).
+    """
+
+    node: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The node the attempt ran on, as the control plane recorded it (the agent kind asks that node).
+    """
+
+    page_size: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    Page size, 1-1000; 0 means 200.
+    """
+
+    page_token: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The next_page_token of the previous page; empty for the first page.
+    """
+
+
+default_message_pool.register_message("starforge.executor.v1", "ListArtifactsRequest", ListArtifactsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListArtifactsResponse(betterproto2.Message):
+    """
+    ListArtifactsResponse is one page of the listing.
+    """
+
+    artifacts: "list[__job__v1__.Artifact]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Entries, sorted by path.
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Token of the next page; empty on the last page.
+    """
+
+
+default_message_pool.register_message("starforge.executor.v1", "ListArtifactsResponse", ListArtifactsResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListAttemptsRequest(betterproto2.Message):
     """
     ListAttemptsRequest asks for all attempts on the backend.
@@ -787,6 +854,66 @@ class ObserveResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("starforge.executor.v1", "ObserveResponse", ObserveResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ReadArtifactRequest(betterproto2.Message):
+    """
+    ReadArtifactRequest names one file of a job's FORGE_OUT_DIR.
+    """
+
+    attempt_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The attempt whose FORGE_OUT_DIR is meant.
+    """
+
+    out_key: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The FORGE_OUT_DIR key of that attempt's LaunchRequest.
+    """
+
+    node: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The node the attempt ran on (agent kind).
+    """
+
+    path: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Path relative to FORGE_OUT_DIR, "/"-separated.
+    """
+
+    offset: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Byte offset to start at (a resumed download passes the size it already has).
+    """
+
+
+default_message_pool.register_message("starforge.executor.v1", "ReadArtifactRequest", ReadArtifactRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ReadArtifactResponse(betterproto2.Message):
+    """
+    ReadArtifactResponse is one chunk of the file.
+    """
+
+    offset: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Offset of `data` in the file.
+    """
+
+    data: "bytes" = betterproto2.field(2, betterproto2.TYPE_BYTES)
+    """
+    At most 1 MiB of content; empty only in the single message for a read at the file's end.
+    """
+
+    size: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Size of the file when it was opened.
+    """
+
+
+default_message_pool.register_message("starforge.executor.v1", "ReadArtifactResponse", ReadArtifactResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1031,6 +1158,58 @@ class ExecutorServiceStub(betterproto2_grpclib.ServiceStub):
             deadline=deadline,
             metadata=metadata,
         )
+
+    async def list_artifacts(
+        self,
+        message: "ListArtifactsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListArtifactsResponse":
+        """
+        ListArtifacts lists the regular files and links a job left in its FORGE_OUT_DIR on this
+        backend, sorted by path, a page at a time. Links are listed, never followed. Kinds without
+        the ARTIFACTS capability refuse it.
+        Errors: INVALID_ARGUMENT (bad out_key, attempt_id or page_token), NOT_FOUND (no such
+        FORGE_OUT_DIR here), FAILED_PRECONDITION (the kind cannot serve artifacts; the out dir holds
+        more entries than the executor lists), UNAVAILABLE (backend or node unreachable).
+        """
+
+        return await self._unary_unary(
+            "/starforge.executor.v1.ExecutorService/ListArtifacts",
+            message,
+            ListArtifactsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def read_artifact(
+        self,
+        message: "ReadArtifactRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AsyncIterator[ReadArtifactResponse]":
+        """
+        ReadArtifact streams one regular file of a FORGE_OUT_DIR from an offset, in chunks of at most
+        1 MiB, in order. No link is followed on the way to the file or at it.
+        Errors: INVALID_ARGUMENT (a path that is absolute, has "." or ".." or empty parts, or is too
+        long; an offset beyond the file's size), NOT_FOUND (no such file), FAILED_PRECONDITION (the
+        path is a link or not a regular file; the kind cannot serve artifacts), UNAVAILABLE.
+        """
+
+        async for response in self._unary_stream(
+            "/starforge.executor.v1.ExecutorService/ReadArtifact",
+            message,
+            ReadArtifactResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
 
 
 from ....google import protobuf as ___google__protobuf__

@@ -20,11 +20,15 @@ __all__ = (
     "HeartbeatResponse",
     "InspectAttemptsRequest",
     "InspectAttemptsResponse",
+    "ListArtifactsRequest",
+    "ListArtifactsResponse",
     "ListNodesRequest",
     "ListNodesResponse",
     "Node",
     "NodeRegistryServiceStub",
     "NodeState",
+    "ReadArtifactRequest",
+    "ReadArtifactResponse",
     "RegisterNodeRequest",
     "RegisterNodeResponse",
     "RemoveAttemptRequest",
@@ -38,6 +42,7 @@ __all__ = (
 )
 
 import datetime
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -379,6 +384,51 @@ default_message_pool.register_message("starforge.forgelet.v1", "InspectAttemptsR
 
 
 @dataclass(eq=False, repr=False)
+class ListArtifactsRequest(betterproto2.Message):
+    """
+    ListArtifactsRequest names a FORGE_OUT_DIR on this node.
+    """
+
+    out_key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The FORGE_OUT_DIR key (the LaunchRequest's out_key, or its job id).
+    """
+
+    page_size: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    Page size, 1-1000; 0 means 200.
+    """
+
+    page_token: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The next_page_token of the previous page; empty for the first.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "ListArtifactsRequest", ListArtifactsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListArtifactsResponse(betterproto2.Message):
+    """
+    ListArtifactsResponse is one page.
+    """
+
+    artifacts: "list[__job__v1__.Artifact]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Entries, sorted by path.
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Token of the next page; empty on the last.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "ListArtifactsResponse", ListArtifactsResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListNodesRequest(betterproto2.Message):
     """
     ListNodesRequest filters nodes.
@@ -468,6 +518,56 @@ class Node(betterproto2.Message):
 
 
 default_message_pool.register_message("starforge.forgelet.v1", "Node", Node)
+
+
+@dataclass(eq=False, repr=False)
+class ReadArtifactRequest(betterproto2.Message):
+    """
+    ReadArtifactRequest names one file of a FORGE_OUT_DIR on this node.
+    """
+
+    out_key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The FORGE_OUT_DIR key.
+    """
+
+    path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Path relative to FORGE_OUT_DIR, "/"-separated.
+    """
+
+    offset: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Byte offset to start at.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "ReadArtifactRequest", ReadArtifactRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ReadArtifactResponse(betterproto2.Message):
+    """
+    ReadArtifactResponse is one chunk.
+    """
+
+    offset: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Offset of `data` in the file.
+    """
+
+    data: "bytes" = betterproto2.field(2, betterproto2.TYPE_BYTES)
+    """
+    At most 1 MiB of content.
+    """
+
+    size: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Size of the file when it was opened.
+    """
+
+
+default_message_pool.register_message("starforge.forgelet.v1", "ReadArtifactResponse", ReadArtifactResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -793,6 +893,54 @@ class ForgeletServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def list_artifacts(
+        self,
+        message: "ListArtifactsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListArtifactsResponse":
+        """
+        ListArtifacts lists a FORGE_OUT_DIR of this node, sorted by path, a page at a time (links
+        listed, never followed).
+        Errors: INVALID_ARGUMENT (bad out_key or page_token), NOT_FOUND (no such FORGE_OUT_DIR),
+        FAILED_PRECONDITION (more entries than the node lists), UNAUTHENTICATED.
+        """
+
+        return await self._unary_unary(
+            "/starforge.forgelet.v1.ForgeletService/ListArtifacts",
+            message,
+            ListArtifactsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def read_artifact(
+        self,
+        message: "ReadArtifactRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AsyncIterator[ReadArtifactResponse]":
+        """
+        ReadArtifact streams one regular file of a FORGE_OUT_DIR of this node from an offset.
+        Errors: INVALID_ARGUMENT (bad path or offset), NOT_FOUND, FAILED_PRECONDITION (a link or
+        not a regular file), UNAUTHENTICATED.
+        """
+
+        async for response in self._unary_stream(
+            "/starforge.forgelet.v1.ForgeletService/ReadArtifact",
+            message,
+            ReadArtifactResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
+
 
 class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
     """
@@ -972,3 +1120,4 @@ class NodeRegistryServiceStub(betterproto2_grpclib.ServiceStub):
 
 from ....google import protobuf as ___google__protobuf__
 from ...executor import v1 as __executor__v1__
+from ...job import v1 as __job__v1__
