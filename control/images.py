@@ -139,7 +139,7 @@ def parse_registry(text: str, where: str) -> RuntimeRegistry:
 
 
 @functools.lru_cache(maxsize=4)
-def _read_registry(path: str, mtime_ns: int) -> RuntimeRegistry:
+def _read_registry(path: str, mtime_ns: int, size: int) -> RuntimeRegistry:
     return parse_registry(pathlib.Path(path).read_text(), path)
 
 
@@ -149,10 +149,10 @@ def load_registry(path: pathlib.Path | None) -> RuntimeRegistry:
         return EMPTY_REGISTRY
     resolved = path.expanduser()
     try:
-        mtime = resolved.stat().st_mtime_ns
+        st = resolved.stat()
     except OSError as e:
         raise ConfigError(f"runtime_registry_file: cannot read {resolved}: {e.strerror}") from None
-    return _read_registry(str(resolved), mtime)
+    return _read_registry(str(resolved), st.st_mtime_ns, st.st_size)
 
 
 # -- resolution -------------------------------------------------------------------------------------
