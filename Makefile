@@ -23,12 +23,15 @@ setup: system-deps venv capsule frameworks
 
 # Framework versions of the runtime matrix other than the installed one, for their config trees
 # only (recipes/framework_keys.py, tests/unit/recipes/test_framework_configs.py).
-FRAMEWORK_WHEELS := build/frameworks/verl-0.9.0-py3-none-any.whl
+FRAMEWORK_WHEELS := build/frameworks/verl-0.9.0-py3-none-any.whl build/frameworks/trl-1.15.0-py3-none-any.whl
 
 frameworks: $(FRAMEWORK_WHEELS)  ## wheels of the other framework versions the tests compose
 
 build/frameworks/verl-%-py3-none-any.whl:
 	$(BIN)/pip download --quiet --no-deps --dest build/frameworks verl==$*
+
+build/frameworks/trl-%-py3-none-any.whl:
+	$(BIN)/pip download --quiet --no-deps --dest build/frameworks trl==$*
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

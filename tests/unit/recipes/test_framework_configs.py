@@ -239,3 +239,76 @@ def test_admission_checks_each_verl_version_against_its_own_keys(version: str) -
     assert config  # taken by its own version
     with pytest.raises(errors.InvalidArgument, match=f"nor a key of verl {other}"):
         resolved("verl/grpo", overrides=[own], framework_version=other)
+
+
+# -- TRL -----------------------------------------------------------------------------------------
+
+TRL_METHODS = ("trl/sft", "trl/dpo", "trl/kto", "trl/grpo")
+TRL_VERSIONS = sorted({r.framework_version for m in TRL_METHODS for r in CATALOG.recipes[m].runtimes})
+# What TRL's CLI takes besides its config dataclasses: accelerate's launcher option.
+TRL_LAUNCHER_FLAGS = {"num_processes"}
+
+
+def _trl_sources(version: str) -> dict[str, str]:
+    """{path: source} of TRL `version`'s Python files: the installed package's when it is that
+    version, else those in its wheel in build/frameworks (`make frameworks`)."""
+    import importlib.metadata
+    import importlib.util
+    import zipfile
+
+    if importlib.metadata.version("trl") == version:
+        spec = importlib.util.find_spec("trl")
+        assert spec is not None and spec.submodule_search_locations
+        root = pathlib.Path(next(iter(spec.submodule_search_locations)))
+        return {str(p): p.read_text() for p in root.rglob("*.py")}
+    wheel = framework_keys.WHEEL_DIR / f"trl-{version}-py3-none-any.whl"
+    assert wheel.is_file(), f"trl {version} is neither installed nor in {wheel.parent}: run `make frameworks`"
+    with zipfile.ZipFile(wheel) as z:
+        return {n: z.read(n).decode() for n in z.namelist() if n.startswith("trl/") and n.endswith(".py")}
+
+
+def _trl_fields(version: str) -> set[str]:
+    """Every dataclass field TRL `version` declares (its configs, ScriptArguments, ModelConfig),
+    plus transformers' TrainingArguments, which its configs extend."""
+    import ast
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    for source in _trl_sources(version).values():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                names.update(
+                    b.target.id for b in node.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)
+                )
+    return names
+
+
+def test_the_matrix_has_several_trl_versions() -> None:
+    assert len(TRL_VERSIONS) >= 2, TRL_VERSIONS
+
+
+@pytest.mark.parametrize("version", TRL_VERSIONS)
+@pytest.mark.parametrize("method", TRL_METHODS)
+def test_trl_takes_every_flag_we_pass_in_each_version(tmp_path: pathlib.Path, method: str, version: str) -> None:
+    decl = CATALOG.recipes[method]
+    if decl.runtime(version) is None:
+        pytest.fail(f"{method} lacks trl {version}: every trl method publishes the same versions")
+    job = Job(tmp_path)
+    job.tool("trl")
+    job.file("models/m/config.json")
+    job.file("data/train.jsonl")
+    job.file("data/val.jsonl")
+    argv = job.command(
+        method,
+        overrides=["reward_funcs=accuracy_reward"] if method == "trl/grpo" else [],
+        model="models/m",
+        train_data="data/train.jsonl",
+        validation_data="data/val.jsonl",
+        pools=[pool("main", "h100", 1, 8)],
+    ).argv
+    flags = {a[2:] for a in argv if a.startswith("--")} - TRL_LAUNCHER_FLAGS
+    declared = {p.maps_to or p.key for p in decl.parameters}
+    unknown = sorted((flags | declared) - _trl_fields(version))
+    assert unknown == [], f"trl {version} has no such option: {unknown}"
