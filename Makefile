@@ -15,15 +15,27 @@ APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chr
 	golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev
 
-.PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web examples
+.PHONY: demo test setup frameworks venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web examples
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
 
-test: system-deps venv capsule web examples lint  ## everything CI runs
+test: system-deps venv capsule frameworks web examples lint  ## everything CI runs
 	$(BIN)/python -m pytest -p no:cacheprovider -ra $(PYTEST_ARGS)
 
-setup: system-deps venv capsule
+setup: system-deps venv capsule frameworks
+
+# Framework versions of the runtime matrix other than the installed one, for their config trees
+# only (recipes/framework_keys.py, tests/unit/recipes/test_framework_configs.py).
+FRAMEWORK_WHEELS := build/frameworks/verl-0.9.0-py3-none-any.whl build/frameworks/trl-1.15.0-py3-none-any.whl
+
+frameworks: $(FRAMEWORK_WHEELS)  ## wheels of the other framework versions the tests compose
+
+build/frameworks/verl-%-py3-none-any.whl:
+	$(BIN)/pip download --quiet --no-deps --dest build/frameworks verl==$*
+
+build/frameworks/trl-%-py3-none-any.whl:
+	$(BIN)/pip download --quiet --no-deps --dest build/frameworks trl==$*
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -75,7 +87,7 @@ lint: venv
 capsule: venv  ## build the content-addressed runner.pex
 	$(BIN)/python -m capsule.build --out build/capsule
 
-unit: venv
+unit: venv frameworks
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit
 
 # The inner loop before a commit (under two minutes; .pre-commit-config.yaml runs the same): lint

@@ -79,6 +79,27 @@ def last_exit_code(job: job_pb2.Job) -> int | None:
     return None
 
 
+def image_text(job: job_pb2.Job) -> str:
+    """The image, and for "host" what it means (no container)."""
+    if job.image == "host":
+        return "host (no container: the fleet's own environment)"
+    return job.image
+
+
+def image_source_text(job: job_pb2.Job) -> str:
+    """Where the image came from: "<source>: <detail>" (empty for jobs admitted before it was recorded)."""
+    if not job.image_source:
+        return ""
+    name = _enum(job.image_source, job_pb2.ImageSource, "IMAGE_SOURCE_")
+    return f"{name}: {job.image_source_detail}" if job.image_source_detail else name
+
+
+def runtime_text(job: job_pb2.Job) -> str:
+    if not job.framework_version:
+        return ""
+    return job.framework_version + (f" (runtime {job.runtime_id})" if job.runtime_id else "")
+
+
 def job_panel(job: job_pb2.Job) -> RenderableType:
     """`sf job status`: everything about one job."""
     head = Table.grid(padding=(0, 2))
@@ -91,7 +112,9 @@ def job_panel(job: job_pb2.Job) -> RenderableType:
     _kv(head, "experiment", job.experiment + (f" (stage {job.stage} of {job.parent_job_id})" if job.stage else ""))
     _kv(head, "method", job.method)
     _kv(head, "pools", ", ".join(_pool_text(p) for p in job.pools))
-    _kv(head, "image", job.image)
+    _kv(head, "image", image_text(job))
+    _kv(head, "image from", image_source_text(job))
+    _kv(head, "framework", runtime_text(job))
     _kv(head, "fleet", job.fleet)
     _kv(head, "created", timestamp_text(job.create_time))
     if job.HasField("start_time"):
@@ -104,6 +127,8 @@ def job_panel(job: job_pb2.Job) -> RenderableType:
     if job.retry_budget:
         _kv(head, "retries", f"{job.retries_used} of {job.retry_budget} used")
     _kv(head, "out dir", job.out_dir)
+    for warning in job.warnings:
+        _kv(head, "warning", Text(warning, style="yellow"))
     parts: list[RenderableType] = [head]
     if job.HasField("diagnosis"):
         parts.append(_diagnosis(job.diagnosis))

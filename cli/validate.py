@@ -26,13 +26,24 @@ def check_against_console(
     config: dict[str, Any],
     pools: Sequence[job_spec_pb2.PoolRequest],
     overrides: Sequence[job_spec_pb2.Override],
+    framework_version: str = "",
+    *,
+    asked_version: str = "",
 ) -> None:
-    """Raise a usage error (exit 2) for an override or profile the console would refuse."""
+    """Raise a usage error (exit 2) for an override or profile the console would refuse; framework
+    keys are those of `framework_version` (empty: the recipe's default runtime). `asked_version`
+    (--framework-version) must be one the recipe publishes."""
     recipe = client.call(client.catalog.GetRecipe, catalog_service_pb2.GetRecipeRequest(name=method)).recipe
     registry = client.call(client.fleets.ListProfiles, fleet_service_pb2.ListProfilesRequest()).profiles
     decl = decl_from_proto(recipe)
+    if asked_version and decl.runtime(asked_version) is None:
+        known = ", ".join(r.framework_version for r in decl.runtimes)
+        raise usage(
+            f"--framework-version {asked_version}: {method} has no framework version {asked_version!r}; "
+            f"known versions: {known}"
+        )
     try:
-        params.resolve_config(decl, config, overrides)
+        params.resolve_config(decl, config, overrides, framework_version)
         profiles.resolve(pools, list(registry), decl.default_profile)
     except errors.InvalidArgument as e:
         details = [v.description for v in e.field_violations if v.description != e.message]

@@ -14,23 +14,23 @@ from typing import Any
 
 from starforge.control.v1 import error_reason_pb2 as er
 from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.job.v1 import job_spec_pb2
+from starforge.job.v1 import job_pb2, job_spec_pb2
 
 from common import errors, profiles
 from common.sensitive import CONTENT_LIMIT, bad_path, why_sensitive
-from control import hf
+from control import hf, images
 from control.assembly import entrypoint, observability
 from control.auth import Principal
 from control.blobstore import BlobStore
 from control.config import ControlConfig
-from control.executors import ExecutorPool
+from control.executors import HOST_RUNTIMES, ExecutorPool
 from recipes import params
-from recipes.catalog import Catalog, RecipeDecl
+from recipes.catalog import Catalog, RecipeDecl, RuntimeDecl
 
 API_VERSION = "forge/v2"
 PROJECT_RE = re.compile(r"^@(?P<user>[a-z][a-z0-9-]{1,31})/(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,99})$")
 EXPERIMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-HOST_IMAGE = "host"  # run in the executor host's own environment (process runtime only)
+HOST_IMAGE = images.HOST_IMAGE
 
 
 @dataclass
@@ -40,6 +40,9 @@ class Admitted:
     resolved_config: dict[str, Any]
     image: str
     runtime_id: str
+    framework_version: str
+    image_source: int  # job_pb2.ImageSource
+    image_source_detail: str
     fleets: list[str]
     series: str
     gpus: int
@@ -245,34 +248,75 @@ def check_global_batch(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool], c
         )
 
 
-def resolve_image(
-    spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, Any], cfg: ControlConfig
-) -> tuple[str, str]:
-    """(image, runtime_id): --image -> config.yaml image -> console default -> catalog runtime."""
-    runtime = recipe.runtime(spec.framework_version or spec.recipe_lock.framework_version)
+def resolve_runtime(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl) -> RuntimeDecl:
+    """The runtime of the framework version asked for (--framework-version, else the lock's)."""
+    asked = spec.framework_version or spec.recipe_lock.framework_version
+    runtime = recipe.runtime(asked)
     if runtime is None:
-        valid = ", ".join(r.framework_version for r in recipe.runtimes)
+        known = ", ".join(r.framework_version for r in recipe.runtimes)
         raise _field(
             "framework_version",
-            f"{recipe.name} has no framework version {spec.framework_version!r}; valid: {valid}",
+            f"{recipe.name} has no framework version {asked!r}; known versions: {known}",
         )
-    image = (
-        spec.image or str(config.get("image") or "") or cfg.default_images.get(recipe.framework, "") or runtime.image
+    return runtime
+
+
+def _host_fleets(spec: job_spec_pb2.JobSpec, cfg: ControlConfig) -> list[str]:
+    return [f.name for f in cfg.fleets if f.host_runtime and (not spec.fleet or f.name == spec.fleet)]
+
+
+def resolve_image(
+    spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, runtime: RuntimeDecl, config: dict[str, Any], cfg: ControlConfig
+) -> images.Resolved:
+    """The job's image and its source, in the order of control/images.py; the reference must be
+    valid and its registry/repository allowlisted ("host" needs no entry)."""
+    config_image = config.get("image")
+    if config_image is not None and not isinstance(config_image, str):
+        raise _field("image", "config.yaml `image` must be an image reference string")
+    resolved = images.resolve(
+        images.Candidates(
+            framework=recipe.framework,
+            framework_version=runtime.framework_version,
+            submitted=spec.image or config_image or "",
+            config_image=config_image or "",
+            # requires_image: the catalog names no image for this method; the user or the console must
+            catalog_image="" if recipe.requires_image else runtime.image,
+            default_images=cfg.default_images,
+            registry=images.load_registry(cfg.runtime_registry_file),
+            host_fleets=_host_fleets(spec, cfg),
+        )
     )
-    if not image:
+    if resolved is None:
+        raise _field("image", images.missing_message(recipe.name, recipe.framework), er.ERROR_REASON_MISSING_INPUT)
+    if resolved.image == images.HOST_IMAGE:
+        return resolved
+    ref = images.parse_ref(resolved.image)
+    if ref is None:
         raise _field(
             "image",
-            f"{recipe.name} needs an image: pass --image <ref> or set `image:` in config.yaml",
-            er.ERROR_REASON_MISSING_INPUT,
+            f"image {resolved.image!r} ({resolved.detail}) is not a valid image reference: "
+            "use [registry/]repository[:tag][@sha256:digest] in lower case",
         )
-    if image != HOST_IMAGE and not any(image.startswith(prefix) for prefix in cfg.image_allowlist):
+    if not images.allowed(ref, cfg.image_allowlist):
         allowed = ", ".join(cfg.image_allowlist) or "none"
         raise errors.PermissionDenied(
-            f"image {image} is not from an allowed registry (allowed: {allowed}); push it to one of them "
+            f"image {resolved.image} is not from an allowed registry (allowed: {allowed}); push it to one of them "
             "or ask an admin to allow its registry",
             reason=er.ERROR_REASON_IMAGE_NOT_ALLOWED,
         )
-    return image, runtime.runtime_id
+    return resolved
+
+
+def tag_warning(image: str, fleets: Sequence[str], cfg: ControlConfig) -> list[str]:
+    """A production submission (one a production fleet may run) should pin its image by digest."""
+    ref = None if image == images.HOST_IMAGE else images.parse_ref(image)
+    production = [f for f in fleets if (fc := cfg.fleet(f)) is not None and fc.production]
+    if ref is None or not production or not images.pinned_by_tag(ref):
+        return []
+    return [
+        f"image {image} is pinned by tag, not by digest, and the job may run on production fleet(s) "
+        f"{', '.join(production)}: a tag can be moved; pin it as {ref.name}@sha256:<digest>"
+    ]
 
 
 def parse_config(spec: job_spec_pb2.JobSpec) -> dict[str, Any]:
@@ -291,8 +335,11 @@ def eligible_fleets(
     spec: job_spec_pb2.JobSpec,
     cfg: ControlConfig,
     executors: ExecutorPool,
+    *,
+    host_only: bool = False,
 ) -> list[str]:
-    """Fleets that could ever run the job; refuses with every fleet's reason when there is none."""
+    """Fleets that could ever run the job; refuses with every fleet's reason when there is none.
+    `host_only`: the image is "host" because fleets declared the host runtime: only those."""
     reasons: list[str] = []
     names: list[str] = []
     for fleet in cfg.fleets:
@@ -307,7 +354,9 @@ def eligible_fleets(
             why = status.why_unusable() or f"fleet {fleet.name}: executor not checked yet"
         elif len(pools) > 1 and ex.EXECUTOR_CAPABILITY_MULTI_POOL not in status.capabilities:
             why = f"fleet {fleet.name} ({fleet.kind}) cannot run several pools in one job"
-        elif image == HOST_IMAGE and status.runtime not in ("process", "host"):
+        elif host_only and not fleet.host_runtime:
+            why = f"fleet {fleet.name} does not declare the host runtime (the job has no image)"
+        elif image == HOST_IMAGE and status.runtime not in HOST_RUNTIMES:
             why = f"fleet {fleet.name} runs images ({status.runtime}); image 'host' needs a process-runtime fleet"
         elif image != HOST_IMAGE and status.runtime == "process":
             why = f"fleet {fleet.name} runs jobs on the host (process runtime) and cannot run image {image}"
@@ -369,7 +418,8 @@ def admit(
     config = parse_config(spec)
     check_inputs(spec, recipe, config)
     check_workspace(spec, recipe, store)
-    resolved = params.resolve_config(recipe, config, spec.overrides)
+    runtime = resolve_runtime(spec, recipe)
+    resolved = params.resolve_config(recipe, config, spec.overrides, runtime.framework_version)
     pools = profiles.resolve(spec.pools, cfg.profiles, recipe.default_profile)
     if len(pools) > 1 and not recipe.multi_pool:
         raise _field(
@@ -390,7 +440,7 @@ def admit(
     if spec.retry_budget < 0:
         raise _field("retry_budget", "retry budget must not be negative")
     check_labels(spec.labels)
-    image, runtime_id = resolve_image(spec, recipe, config, cfg)
+    image = resolve_image(spec, recipe, runtime, config, cfg)
     missing = store.missing(sorted({f.sha256 for f in spec.workspace.files}))
     if missing:
         raise errors.FailedPrecondition(
@@ -398,7 +448,8 @@ def admit(
             reason=er.ERROR_REASON_MISSING_BLOB,
             precondition_violations=tuple(errors.PreconditionViolation("BLOB", d, "missing") for d in missing[:20]),
         )
-    fleets = eligible_fleets(pools, image, spec, cfg, executors)
+    host_only = image.source == job_pb2.IMAGE_SOURCE_HOST_RUNTIME
+    fleets = eligible_fleets(pools, image.image, spec, cfg, executors, host_only=host_only)
     if hub is not None:
         for repo in hub_repos(spec):
             hub.check(repo)
@@ -407,9 +458,13 @@ def admit(
         recipe=recipe,
         pools=pools,
         resolved_config=resolved,
-        image=image,
-        runtime_id=runtime_id,
+        image=image.image,
+        runtime_id=runtime.runtime_id,
+        framework_version=runtime.framework_version,
+        image_source=image.source,
+        image_source_detail=image.detail,
         fleets=fleets,
         series=pools[0].series,
         gpus=gpus,
+        warnings=tag_warning(image.image, fleets, cfg),
     )

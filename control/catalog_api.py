@@ -26,10 +26,10 @@ def lock_for(catalog: Catalog, method: str, framework_version: str) -> job_spec_
     r = find(catalog, method)
     rt = r.runtime(framework_version)
     if rt is None:
-        valid = ", ".join(x.framework_version for x in r.runtimes)
+        known = ", ".join(x.framework_version for x in r.runtimes)
         raise errors.InvalidArgument(
-            f"{method} has no framework version {framework_version!r}; valid: {valid}",
-            field_violations=(errors.FieldViolation("framework_version", f"valid: {valid}"),),
+            f"{method} has no framework version {framework_version!r}; known versions: {known}",
+            field_violations=(errors.FieldViolation("framework_version", f"known versions: {known}"),),
         )
     return job_spec_pb2.RecipeLock(
         method=r.name,

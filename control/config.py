@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from common.config import ConfigError, load_config
 from common.tls import TlsConfig, check_dial, check_listen
-from control import windows
+from control import images, windows
 
 EXECUTOR_KINDS = ("local", "agent", "kuberay", "slurm")
 
@@ -40,6 +40,13 @@ class FleetConfig:
     token: str = ""
     window: str = ""
     queues: list[str] = field(default_factory=list)
+    # The fleet runs jobs in its machines' own environment, without a container (the local
+    # executor's process runtime, Slurm without a container runtime). Declared, never guessed: a job
+    # no source gave an image then runs here as image "host", and says so (docs/images.md).
+    host_runtime: bool = False
+    # Production hardware: a job that may run here with an image pinned by tag instead of by
+    # digest is admitted with a warning (a tag can be moved; a digest cannot).
+    production: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,10 +103,14 @@ class ControlConfig:
     quotas: list[QuotaConfig] = field(default_factory=list)
     # Fair share remembers each user's usage with this half-life (seconds).
     fair_share_half_life_seconds: float = 3600.0
-    # Registries (prefixes) images may come from; empty allows none except process-runtime "host".
+    # Registries or repository paths images may come from ("registry.local", "nvcr.io/nvidia"),
+    # matched at '/' boundaries; empty allows none except "host" on host-runtime fleets.
     image_allowlist: list[str] = field(default_factory=list)
-    # Framework -> default image (the console's framework default).
+    # Framework -> default image (the console's framework default); FORGE_IMAGE_<FRAMEWORK> in the
+    # console's environment wins over it (docs/images.md).
     default_images: dict[str, str] = field(default_factory=dict)
+    # YAML file mapping framework and framework version to an image (docs/images.md); empty: none.
+    runtime_registry_file: pathlib.Path | None = None
     scheduler_interval_seconds: float = 0.5
     reconcile_interval_seconds: float = 2.0
     executor_deadline_seconds: float = 30.0
@@ -200,6 +211,7 @@ class ControlConfig:
             if q.gpus < 0:
                 raise ConfigError(f"quotas: gpus must not be negative (series {q.series})")
         self.validate_tls()
+        self.validate_images()
         for f in self.fleets:
             try:
                 windows.parse(f.window)
@@ -222,6 +234,15 @@ class ControlConfig:
                         f"fleets.{f.name}.inventory: series {inv.series!r} is not in the hardware "
                         f"registry ({', '.join(sorted(known_series))})"
                     )
+
+    def validate_images(self) -> None:
+        """Allowlist entries are registry or repository paths; the registry file parses."""
+        for entry in self.image_allowlist:
+            images.check_allow_entry(entry)
+        for framework, image in self.default_images.items():
+            if image != images.HOST_IMAGE and images.parse_ref(image) is None:
+                raise ConfigError(f"default_images.{framework}: {image!r} is not an image reference")
+        images.load_registry(self.runtime_registry_file)
 
     def validate_tls(self) -> None:
         """Plaintext only on loopback (or with tls.plaintext); jobs need the CA that verifies us."""

@@ -55,11 +55,11 @@ JOB_UID_RANGE = [200000, 265535]
 
 CONSOLE_DEFAULTS = """\
 # StarForge embedded console settings (see docs/configuration.md). Edit and restart `sf up`.
-# Registries images may come from. "host" (run on this machine's own Python) needs no entry.
+# Registries or repository paths images may come from (registry.local, registry.local/team).
+# "host" (no container: this machine's own Python) needs no entry. The one fleet, local, declares
+# the host runtime when `sf up` runs jobs as processes: a job that names no image runs that way,
+# and `sf job status` says so. Framework defaults: default_images: {custom: registry.local/img:1}.
 image_allowlist: []
-# The image custom/custom jobs get when neither --image nor config.yaml names one.
-default_images:
-  custom: host
 # Check --model / HF dataset ids against the Hub at submit; this machine may have no internet.
 hf_precheck: false
 scheduler_interval_seconds: 0.2
@@ -206,8 +206,15 @@ def default_ui_listen(listen: str) -> str:
 
 
 def console_config(
-    state_dir: pathlib.Path, listen: str, executor_address: str, ui_listen: str = "", executor_token: str = ""
+    state_dir: pathlib.Path,
+    listen: str,
+    executor_address: str,
+    ui_listen: str = "",
+    executor_token: str = "",
+    runtime: str = "process",
 ) -> ControlConfig:
+    """console.yaml plus the one fleet, `local`; with the process runtime it declares the host
+    runtime (its jobs run without a container), with docker it runs images."""
     path = state_dir / "console.yaml"
     _write_default(path, CONSOLE_DEFAULTS)
     cfg = load_config(ControlConfig, path, {})
@@ -229,6 +236,7 @@ def console_config(
                 address=executor_address,
                 inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=CPU_SLOTS)],
                 token=executor_token,
+                host_runtime=runtime == "process",
             )
         ],
     )
@@ -281,7 +289,7 @@ def run_embedded(
     make_private(state_dir)  # after the executor started: its own files keep their modes
     try:
         ui = default_ui_listen(listen) if ui_listen is None else ui_listen
-        cfg = console_config(state_dir, listen, address, ui, executor_token)
+        cfg = console_config(state_dir, listen, address, ui, executor_token, runtime)
         asyncio.run(_serve(cfg, ready_file))
     finally:
         stop_process(proc)

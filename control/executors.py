@@ -25,6 +25,8 @@ from common.rpc_status import from_rpc_error
 from control.config import FleetConfig
 
 log = logging.getLogger("starforge.executors")
+# Executor runtimes that run jobs without a container (local `process`, Slurm without pyxis/apptainer).
+HOST_RUNTIMES = ("process", "host")
 
 ARTIFACT_LIST_SECONDS = 300.0
 ARTIFACT_READ_SECONDS = 6 * 3600.0  # one file of a checkpoint, however large
@@ -101,6 +103,12 @@ class ExecutorPool:
                 st.misconfigured = (
                     f"fleet {fleet} is configured as kind {st.config.kind!r} but the executor at "
                     f"{st.config.address} is {caps.kind!r}; fix the fleet's kind or address"
+                )
+                log.error("%s", st.misconfigured)
+            elif st.config.host_runtime and caps.runtime not in HOST_RUNTIMES:
+                st.misconfigured = (
+                    f"fleet {fleet} declares host_runtime but its executor at {st.config.address} runs "
+                    f"images ({caps.runtime}); remove host_runtime or use a process-runtime executor"
                 )
                 log.error("%s", st.misconfigured)
         st.checked_at = time.time()

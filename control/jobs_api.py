@@ -124,9 +124,20 @@ class JobsApi:
         warnings = list(admitted.warnings)
         if spec.provenance.untracked_files:
             warnings.append(f"{len(spec.provenance.untracked_files)} untracked file(s) were not packed")
+        admitted.warnings = warnings  # recorded on the job
         if dry_run:
             return Submitted(
-                job_pb2.Job(state=st.JOB_STATE_QUEUED, spec=spec, pools=admitted.pools, image=admitted.image),
+                job_pb2.Job(
+                    state=st.JOB_STATE_QUEUED,
+                    spec=spec,
+                    pools=admitted.pools,
+                    image=admitted.image,
+                    image_source=admitted.image_source,  # type: ignore[arg-type]
+                    image_source_detail=admitted.image_source_detail,
+                    framework_version=admitted.framework_version,
+                    runtime_id=admitted.runtime_id,
+                    warnings=warnings,
+                ),
                 warnings,
             )
 
@@ -168,6 +179,10 @@ class JobsApi:
             pools=convert.pools_to_bytes(admitted.pools),
             resolved_config=json.dumps(admitted.resolved_config),
             image=admitted.image,
+            image_source=admitted.image_source,
+            image_source_detail=admitted.image_source_detail,
+            framework_version=admitted.framework_version,
+            warnings=json.dumps(admitted.warnings),
             provenance=provenance.SerializeToString(),
             retry_budget=spec.retry_budget if spec.HasField("retry_budget") else self.ctx.cfg.default_retry_budget,
             labels=json.dumps(dict(spec.labels)),

@@ -123,6 +123,7 @@ def _validate(decl: RecipeDecl, path: pathlib.Path) -> None:
     versions = [r.framework_version for r in decl.runtimes]
     if len(set(versions)) != len(versions):
         raise ConfigError(f"{where}: a framework version is listed twice")
+    _check_images(decl, where)
     keys = [p.key for p in decl.parameters]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"{where}: a parameter key is declared twice")
@@ -130,6 +131,21 @@ def _validate(decl: RecipeDecl, path: pathlib.Path) -> None:
         _check_parameter(p, keys, where)
     _check_pools(decl, where)
     _check_stages(decl, where)
+
+
+def _check_images(decl: RecipeDecl, where: str) -> None:
+    """requires_image: the user (or the console) must name the image, and the catalog names none;
+    otherwise every runtime names the image of its framework version."""
+    for r in decl.runtimes:
+        if decl.requires_image and r.image:
+            raise ConfigError(
+                f"{where}: runtime {r.framework_version} names image {r.image!r} but requires_image is true "
+                "(the submission must name the image): drop one"
+            )
+        if not decl.requires_image and not r.image:
+            raise ConfigError(
+                f"{where}: runtime {r.framework_version} names no image; give its image, or set requires_image: true"
+            )
 
 
 # What a stage command may name (filled in by capsule/runner/adapters/stages.py).

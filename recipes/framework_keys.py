@@ -9,7 +9,9 @@ Data per framework version lives in ``recipes/frameworks/<framework>/<version>.j
 generated from the framework itself (``python -m recipes.framework_keys verl|nemo-rl``):
 
 - verl: ``verl/trainer/config/ppo_trainer.yaml`` composed with Hydra (defaults lists resolved),
-  from the installed verl package (``pip install verl==<version> --no-deps``).
+  from the installed verl package (``pip install verl==<version> --no-deps``) when it is that
+  version, else from the wheel in ``build/frameworks/`` (``make frameworks``: ``pip download
+  verl==<version> --no-deps``), whose config tree is extracted beside it.
 - NeMo-RL (not installable from the registries): ``examples/configs/*.yaml`` of a NeMo-RL
   checkout with ``defaults:`` inheritance resolved, and the Python files under ``examples/``.
 
@@ -27,6 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 DATA_ROOT = pathlib.Path(__file__).resolve().parent / "frameworks"
+# Wheels of framework versions other than the installed one (`make frameworks`).
+WHEEL_DIR = pathlib.Path(__file__).resolve().parents[1] / "build" / "frameworks"
+VERL_CONFIG_PREFIX = "verl/trainer/config/"
 # Which framework config a method's overrides apply to: verl composes one trainer config; NeMo-RL
 # loads the recipe's base_config (a parameter) from its checkout.
 VERL_CONFIG = "ppo_trainer"
@@ -101,17 +106,51 @@ def generate_nemo_rl(checkout: pathlib.Path, source: str) -> dict[str, Any]:
     }
 
 
-def generate_verl(source: str) -> dict[str, Any]:
+def _installed_verl(version: str) -> pathlib.Path | None:
+    """The installed verl's config tree, when the installed verl is `version`."""
+    import importlib.metadata
     import importlib.util
 
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
+    try:
+        if importlib.metadata.version("verl") != version:
+            return None
+    except importlib.metadata.PackageNotFoundError:
+        return None
     # Located, not imported: verl's __init__ needs ray, and its config tree needs only Hydra.
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
-        sys.exit("verl is not installed: pip install verl==<version> --no-deps")
-    config_dir = pathlib.Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+        return None
+    return pathlib.Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+
+
+def verl_config_dir(version: str, wheel_dir: pathlib.Path = WHEEL_DIR) -> pathlib.Path:
+    """verl `version`'s trainer config tree: the installed package's, or the one in its wheel
+    (extracted once next to it). FileNotFoundError says how to get the wheel."""
+    import zipfile
+
+    installed = _installed_verl(version)
+    if installed is not None:
+        return installed
+    wheel = wheel_dir / f"verl-{version}-py3-none-any.whl"
+    target = wheel_dir / f"verl-{version}"
+    config_dir = target / VERL_CONFIG_PREFIX
+    if (config_dir / f"{VERL_CONFIG}.yaml").is_file():
+        return config_dir
+    if not wheel.is_file():
+        raise FileNotFoundError(
+            f"verl {version} is neither installed nor in {wheel_dir}: run `make frameworks` "
+            f"(pip download verl=={version} --no-deps -d {wheel_dir})"
+        )
+    with zipfile.ZipFile(wheel) as z:
+        members = [n for n in z.namelist() if n.startswith(VERL_CONFIG_PREFIX) and ".." not in n.split("/")]
+        z.extractall(target, members)
+    return config_dir
+
+
+def generate_verl(source: str, config_dir: pathlib.Path) -> dict[str, Any]:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
         cfg = compose(config_name=VERL_CONFIG)
     return {
@@ -129,7 +168,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", default="", help="where the data comes from (recorded in the file)")
     args = parser.parse_args(argv)
     if args.framework == "verl":
-        data = generate_verl(args.source or f"verl=={args.version} (PyPI)")
+        try:
+            config_dir = verl_config_dir(args.version)
+        except FileNotFoundError as e:
+            sys.exit(str(e))
+        data = generate_verl(args.source or f"verl=={args.version} (PyPI)", config_dir)
     else:
         if args.checkout is None:
             sys.exit("nemo-rl needs --checkout")

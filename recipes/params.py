@@ -117,11 +117,15 @@ def suggestion(key: str, valid: Sequence[str]) -> str:
 
 
 def _framework(
-    recipe: RecipeDecl, flat_config: dict[str, Any], overrides: Sequence[job_spec_pb2.Override]
+    recipe: RecipeDecl,
+    flat_config: dict[str, Any],
+    overrides: Sequence[job_spec_pb2.Override],
+    framework_version: str = "",
 ) -> tuple[str, dict[str, Any]]:
     """(what the keys are, {key: default}) of the framework config the method's overrides apply to,
-    for the recipe's default runtime; empty when that framework version has no key data."""
-    runtime = recipe.runtime()
+    for that framework version (empty: the recipe's default runtime); empty when that framework
+    version has no key data."""
+    runtime = recipe.runtime(framework_version)
     if runtime is None or recipe.framework not in ("verl", "nemo-rl"):
         return "", {}
     chosen = {p.key: p.default for p in recipe.parameters}
@@ -164,9 +168,15 @@ def _unknown_key(
 
 
 def resolve_config(
-    recipe: RecipeDecl, config: dict[str, Any], overrides: Sequence[job_spec_pb2.Override]
+    recipe: RecipeDecl,
+    config: dict[str, Any],
+    overrides: Sequence[job_spec_pb2.Override],
+    framework_version: str = "",
 ) -> dict[str, Any]:
     """Defaults <- config.yaml <- overrides, each checked against the method's parameters.
+
+    `framework_version` chooses whose framework keys apply (empty: the default runtime's); each
+    version is checked against its own key data.
 
     verl and NeMo-RL methods also take any key their framework's config has (recipes/frameworks/):
     a key neither declared nor in that config is refused with the nearest valid names, as the
@@ -178,7 +188,7 @@ def resolve_config(
             _set(resolved, p.key, copy.deepcopy(p.default))
     flat_config = _flatten({k: v for k, v in config.items() if k not in PLATFORM_KEYS})
     declared = {p.key: p for p in recipe.parameters}
-    fw, fw_keys = _framework(recipe, flat_config, overrides)
+    fw, fw_keys = _framework(recipe, flat_config, overrides, framework_version)
     if recipe.parameters:
         for key, value in flat_config.items():
             decl = declared.get(key)

@@ -15,8 +15,8 @@ from starforge.catalog.v1 import catalog_service_pb2
 from starforge.control.v1 import account_service_pb2, control_service_pb2
 from starforge.job.v1 import job_spec_pb2
 
+from cli import render, templates
 from cli import spec as specmod
-from cli import templates
 from cli.client import Client
 from cli.commands.common import OutputOpt
 from cli.context import AppState, app_state
@@ -87,7 +87,16 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     if opts.validate:
         specmod.check_workspace_paths(pack, opts)
         if not opts.upgrade_recipe:  # an upgrade changes the recipe the overrides are checked against
-            check_against_console(client, files.lock.method, files.config, pools, overrides)
+            framework_version = opts.framework_version or files.lock.framework_version
+            check_against_console(
+                client,
+                files.lock.method,
+                files.config,
+                pools,
+                overrides,
+                framework_version,
+                asked_version=opts.framework_version,
+            )
     stats = upload_files(client, pack.files, out)
     out.info(stats.summary())
     if opts.upgrade_recipe:
@@ -131,7 +140,10 @@ def _print_submitted(out: Output, job: Any, opts: specmod.SubmitOptions) -> None
         if pools:
             out.line(f"pools: {pools}")
         if job.image:
-            out.line(f"image: {job.image}")
+            source = render.image_source_text(job)
+            out.line(f"image: {render.image_text(job)}" + (f" (from {source})" if source else ""))
+        if job.framework_version:
+            out.line(f"framework: {render.runtime_text(job)}")
         return
     line = f"submitted job {job.job_id} ({job.experiment}, {job.method}): {state_name(job.state)}"
     if job.HasField("wait") and job.wait.message:

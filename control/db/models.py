@@ -78,6 +78,12 @@ class Job(Base):
     pools: Mapped[bytes] = mapped_column(LargeBinary)  # serialized repeated Pool (a JobSpec-free wrapper)
     resolved_config: Mapped[str] = mapped_column(Text, default="{}")
     image: Mapped[str] = mapped_column(String(500), default="")
+    # Where the image came from (job_pb2.ImageSource) and that source in words.
+    image_source: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    image_source_detail: Mapped[str] = mapped_column(Text, default="", server_default="")
+    framework_version: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # Admission's warnings (JSON list of sentences).
+    warnings: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
     provenance: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
     fleet: Mapped[str] = mapped_column(String(64), default="")
     parent_job_id: Mapped[str] = mapped_column(String(32), default="")

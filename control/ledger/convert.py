@@ -82,6 +82,11 @@ def job_to_proto(
         spec=spec,
         pools=pools_from_bytes(j.pools),
         image=j.image,
+        image_source=j.image_source,  # type: ignore[arg-type]
+        image_source_detail=j.image_source_detail,
+        framework_version=j.framework_version,
+        runtime_id=j.runtime_id,
+        warnings=json.loads(j.warnings or "[]"),
         provenance=provenance,
         resolved_config_json=j.resolved_config,
         fleet=j.fleet,

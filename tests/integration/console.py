@@ -300,11 +300,13 @@ async def console(
     kind: str = "local",
     fleet_kind: str = "",
     fleet_address: str = "",
+    fleet_options: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Console]:
     """A console whose one fleet ("local", or named after `kind`) is a real executor process.
 
-    `local` holds extra keys of the executor's section (for kind != "local", the whole section).
+    `local` holds extra keys of the executor's section (for kind != "local", the whole section);
+    `fleet_options` extra FleetConfig fields of the fleet (host_runtime, production).
     """
     root.mkdir(parents=True, exist_ok=True)
     proc, address = start_executor_process(root, executor_yaml(root, runtime, local, kind=kind), kind)
@@ -324,6 +326,7 @@ async def console(
                 address=fleet_address or address,
                 inventory=inventory or [InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
                 token=EXECUTOR_TOKEN,
+                **(fleet_options or {}),
             )
         ],
     )

@@ -25,9 +25,11 @@ def recipe(name: str) -> RecipeDecl:
     return found
 
 
-def resolved(method: str, config: Mapping[str, Any] | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def resolved(
+    method: str, config: Mapping[str, Any] | None = None, overrides: Sequence[str] = (), framework_version: str = ""
+) -> dict[str, Any]:
     ovs = [job_spec_pb2.Override(key=o.split("=", 1)[0], value=o.split("=", 1)[1]) for o in overrides]
-    return resolve_config(recipe(method), dict(config or {}), ovs)
+    return resolve_config(recipe(method), dict(config or {}), ovs, framework_version)
 
 
 def pool(name: str, series: str, nodes: int, gpus: int) -> dict[str, Any]:

@@ -113,7 +113,7 @@ version: 1.0.0
 description: d
 adapter: trl
 entrypoint: trl x
-runtimes: [{framework_version: "1", runtime_id: r, default: true}]
+runtimes: [{framework_version: "1", runtime_id: r, image: registry.local/x:1, default: true}]
 """
 
 

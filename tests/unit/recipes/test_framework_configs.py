@@ -4,7 +4,9 @@
   from the installed verl package and from the NeMo-RL reference files in ../shared/frameworks).
 - NeMo-RL: the scripts the adapter and the recipes run exist at the pinned upstream commit, the
   base configs exist, and every override the adapter generates names a key of the merged config.
-- verl: Hydra composes ppo_trainer in strict mode with the adapter's overrides plus a user's -s.
+- verl: Hydra composes ppo_trainer in strict mode with the adapter's overrides plus a user's -s,
+  for every verl version of the runtime matrix (the installed one, and the others' config trees
+  from their wheels in build/frameworks, `make frameworks`).
 - Admission (recipes/params.py) takes any real framework key and refuses one the framework does
   not have, with the nearest valid names.
 """
@@ -45,7 +47,7 @@ def _shared() -> pathlib.Path:
 
 NEMO_RL = _shared() / "frameworks" / "nemo-rl"
 NEMO_RL_VERSION = "0.5.0"
-VERL_VERSION = "0.9.1"
+VERL_VERSIONS = sorted({r.framework_version for m in ("verl/ppo", "verl/grpo") for r in CATALOG.recipes[m].runtimes})
 NEMO_RL_SOURCE = "NVIDIA-NeMo/RL@7ea279abfbeb698b092856d0dab61e7cf39bc909 (examples/configs, examples-files.txt)"
 
 
@@ -71,9 +73,14 @@ def test_nemo_rl_data_is_the_upstream_files() -> None:
     assert _same_json(regenerated) == _committed("nemo-rl", NEMO_RL_VERSION)
 
 
-def test_verl_data_is_the_composed_trainer_config() -> None:
-    regenerated = framework_keys.generate_verl(f"verl=={VERL_VERSION} (PyPI)")
-    assert _same_json(regenerated) == _committed("verl", VERL_VERSION)
+def test_the_matrix_has_several_verl_versions() -> None:
+    assert len(VERL_VERSIONS) >= 2, VERL_VERSIONS
+
+
+@pytest.mark.parametrize("version", VERL_VERSIONS)
+def test_verl_data_is_the_composed_trainer_config(version: str) -> None:
+    regenerated = framework_keys.generate_verl(f"verl=={version} (PyPI)", framework_keys.verl_config_dir(version))
+    assert _same_json(regenerated) == _committed("verl", version)
 
 
 # -- NeMo-RL ------------------------------------------------------------------------------------
@@ -132,11 +139,18 @@ def test_nemo_rl_inherited_config_resolves_its_defaults() -> None:
     assert eight["grpo.num_prompts_per_step"] == 64
 
 
-@pytest.mark.parametrize("method", ["nemo-rl/sft", "nemo-rl/grpo", "verl/ppo", "verl/grpo"])
-def test_every_declared_parameter_is_a_framework_key(method: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "version"),
+    [
+        (m, r.framework_version)
+        for m in ("nemo-rl/sft", "nemo-rl/grpo", "verl/ppo", "verl/grpo")
+        for r in CATALOG.recipes[m].runtimes
+    ],
+)
+def test_every_declared_parameter_is_a_framework_key(method: str, version: str) -> None:
     decl = CATALOG.recipes[method]
     config = {p.key: p.default for p in decl.parameters}
-    found = framework_keys.config_keys(decl.framework, decl.runtimes[0].framework_version, config)
+    found = framework_keys.config_keys(decl.framework, version, config)
     assert found is not None
     starforge_only = {"base_config"}
     missing = [
@@ -150,14 +164,7 @@ def test_every_declared_parameter_is_a_framework_key(method: str) -> None:
 # -- verl ----------------------------------------------------------------------------------------
 
 
-def _verl_config_dir() -> str:
-    import importlib.util
-
-    spec = importlib.util.find_spec("verl")
-    assert spec is not None and spec.submodule_search_locations
-    return str(pathlib.Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config")
-
-
+@pytest.mark.parametrize("version", VERL_VERSIONS)
 @pytest.mark.parametrize(
     ("method", "pools"),
     [
@@ -166,7 +173,7 @@ def _verl_config_dir() -> str:
     ],
 )
 def test_verl_composes_strictly_with_our_overrides(
-    tmp_path: pathlib.Path, method: str, pools: list[dict[str, object]]
+    tmp_path: pathlib.Path, method: str, pools: list[dict[str, object]], version: str
 ) -> None:
     job = Job(tmp_path)
     job.file("models/m/config.json")
@@ -182,7 +189,7 @@ def test_verl_composes_strictly_with_our_overrides(
     ).argv
     assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     overrides = [a for a in argv[3:] if not a.startswith("hydra.")]  # Hydra's own run dir
-    with initialize_config_dir(config_dir=_verl_config_dir(), version_base=None):
+    with initialize_config_dir(config_dir=str(framework_keys.verl_config_dir(version)), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=overrides)
         assert cfg.trainer.max_actor_ckpt_to_keep == 2
         with pytest.raises(ConfigCompositionException):
@@ -217,3 +224,91 @@ def test_admission_takes_real_undeclared_framework_keys() -> None:
     assert config["sft"]["max_num_steps"] == 3
     with pytest.raises(errors.InvalidArgument, match="has no parameter"):
         resolved("nemo-rl/sft", {"base_config": "configs/mine.yaml"}, ["sft.max_num_stepz=3"])
+
+
+# Keys one verl version has and the other does not (from the two key files): each version's
+# submissions are checked against that version's own config.
+ONLY_IN = {"0.9.1": "actor_rollout_ref.rollout.router_config_path=r.yaml", "0.9.0": "data.continuous_token.enable=true"}
+
+
+@pytest.mark.parametrize("version", sorted(ONLY_IN))
+def test_admission_checks_each_verl_version_against_its_own_keys(version: str) -> None:
+    other = next(v for v in ONLY_IN if v != version)
+    own = ONLY_IN[version]
+    config = resolved("verl/grpo", overrides=[own], framework_version=version)
+    assert config  # taken by its own version
+    with pytest.raises(errors.InvalidArgument, match=f"nor a key of verl {other}"):
+        resolved("verl/grpo", overrides=[own], framework_version=other)
+
+
+# -- TRL -----------------------------------------------------------------------------------------
+
+TRL_METHODS = ("trl/sft", "trl/dpo", "trl/kto", "trl/grpo")
+TRL_VERSIONS = sorted({r.framework_version for m in TRL_METHODS for r in CATALOG.recipes[m].runtimes})
+# What TRL's CLI takes besides its config dataclasses: accelerate's launcher option.
+TRL_LAUNCHER_FLAGS = {"num_processes"}
+
+
+def _trl_sources(version: str) -> dict[str, str]:
+    """{path: source} of TRL `version`'s Python files: the installed package's when it is that
+    version, else those in its wheel in build/frameworks (`make frameworks`)."""
+    import importlib.metadata
+    import importlib.util
+    import zipfile
+
+    if importlib.metadata.version("trl") == version:
+        spec = importlib.util.find_spec("trl")
+        assert spec is not None and spec.submodule_search_locations
+        root = pathlib.Path(next(iter(spec.submodule_search_locations)))
+        return {str(p): p.read_text() for p in root.rglob("*.py")}
+    wheel = framework_keys.WHEEL_DIR / f"trl-{version}-py3-none-any.whl"
+    assert wheel.is_file(), f"trl {version} is neither installed nor in {wheel.parent}: run `make frameworks`"
+    with zipfile.ZipFile(wheel) as z:
+        return {n: z.read(n).decode() for n in z.namelist() if n.startswith("trl/") and n.endswith(".py")}
+
+
+def _trl_fields(version: str) -> set[str]:
+    """Every dataclass field TRL `version` declares (its configs, ScriptArguments, ModelConfig),
+    plus transformers' TrainingArguments, which its configs extend."""
+    import ast
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    for source in _trl_sources(version).values():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                names.update(
+                    b.target.id for b in node.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)
+                )
+    return names
+
+
+def test_the_matrix_has_several_trl_versions() -> None:
+    assert len(TRL_VERSIONS) >= 2, TRL_VERSIONS
+
+
+@pytest.mark.parametrize("version", TRL_VERSIONS)
+@pytest.mark.parametrize("method", TRL_METHODS)
+def test_trl_takes_every_flag_we_pass_in_each_version(tmp_path: pathlib.Path, method: str, version: str) -> None:
+    decl = CATALOG.recipes[method]
+    if decl.runtime(version) is None:
+        pytest.fail(f"{method} lacks trl {version}: every trl method publishes the same versions")
+    job = Job(tmp_path)
+    job.tool("trl")
+    job.file("models/m/config.json")
+    job.file("data/train.jsonl")
+    job.file("data/val.jsonl")
+    argv = job.command(
+        method,
+        overrides=["reward_funcs=accuracy_reward"] if method == "trl/grpo" else [],
+        model="models/m",
+        train_data="data/train.jsonl",
+        validation_data="data/val.jsonl",
+        pools=[pool("main", "h100", 1, 8)],
+    ).argv
+    flags = {a[2:] for a in argv if a.startswith("--")} - TRL_LAUNCHER_FLAGS
+    declared = {p.maps_to or p.key for p in decl.parameters}
+    unknown = sorted((flags | declared) - _trl_fields(version))
+    assert unknown == [], f"trl {version} has no such option: {unknown}"

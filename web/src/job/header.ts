@@ -2,13 +2,42 @@
 import { facts, h, replace } from "../dom";
 import { duration, date, failureClassName, pools, stateBadge, stateName, time, waitReasonName } from "../format";
 import { JobState } from "../../../gen/ts/starforge/job/v1/job_state_pb";
-import type { Job } from "../../../gen/ts/starforge/job/v1/job_pb";
+import { ImageSource, type Job } from "../../../gen/ts/starforge/job/v1/job_pb";
 
 function runtime(job: Job): string {
   const start = date(job.startTime);
   if (!start) return "";
   const end = date(job.endTime) ?? new Date();
   return duration((end.getTime() - start.getTime()) / 1000);
+}
+
+// The image, and for "host" what it means: no container (docs/images.md).
+function image(job: Job): HTMLElement | string {
+  if (!job.image) return "";
+  if (job.image === "host") return h("span", {}, h("code", {}, "host"), " (no container: the fleet's own environment)");
+  return h("code", {}, job.image);
+}
+
+// Which source of the resolution order gave the image: "host runtime: fleet local declares …".
+function imageSource(job: Job): string {
+  if (job.imageSource === ImageSource.UNSPECIFIED) return "";
+  const name = (ImageSource[job.imageSource] ?? "").toLowerCase().replace(/_/g, " ");
+  return job.imageSourceDetail ? `${name}: ${job.imageSourceDetail}` : name;
+}
+
+function framework(job: Job): string {
+  if (!job.frameworkVersion) return "";
+  return job.runtimeId ? `${job.frameworkVersion} (runtime ${job.runtimeId})` : job.frameworkVersion;
+}
+
+function warningsBox(job: Job): HTMLElement | null {
+  if (!job.warnings.length) return null;
+  return h(
+    "div",
+    { class: "notice wait", id: "job-warnings" },
+    h("strong", {}, "Warnings at submit"),
+    h("ul", {}, ...job.warnings.map((w) => h("li", {}, w))),
+  );
 }
 
 function waitBox(job: Job): HTMLElement | null {
@@ -62,7 +91,9 @@ export function header(): { el: HTMLElement; update: (job: Job) => void } {
         ["Method", job.method],
         ["Owner", job.owner],
         ["Pools", pools(job.pools)],
-        ["Image", job.image ? h("code", {}, job.image) : ""],
+        ["Image", image(job)],
+        ["Image from", imageSource(job)],
+        ["Framework", framework(job)],
         ["Fleet", job.fleet],
         ["Created", time(job.createTime)],
         ["Started", time(job.startTime)],
@@ -73,6 +104,7 @@ export function header(): { el: HTMLElement; update: (job: Job) => void } {
         ["Output", job.outDir ? h("code", {}, job.outDir) : ""],
         ["Labels", labels],
       ]),
+      warningsBox(job),
       waitBox(job),
       diagnosisBox(job),
     );

@@ -12,6 +12,15 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ImageSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    IMAGE_SOURCE_UNSPECIFIED: _ClassVar[ImageSource]
+    IMAGE_SOURCE_SUBMISSION: _ClassVar[ImageSource]
+    IMAGE_SOURCE_CONSOLE_DEFAULT: _ClassVar[ImageSource]
+    IMAGE_SOURCE_RUNTIME_REGISTRY: _ClassVar[ImageSource]
+    IMAGE_SOURCE_CATALOG: _ClassVar[ImageSource]
+    IMAGE_SOURCE_HOST_RUNTIME: _ClassVar[ImageSource]
+
 class AttemptCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ATTEMPT_CAUSE_UNSPECIFIED: _ClassVar[AttemptCause]
@@ -19,6 +28,12 @@ class AttemptCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_CAUSE_AUTO_RETRY: _ClassVar[AttemptCause]
     ATTEMPT_CAUSE_USER_RETRY: _ClassVar[AttemptCause]
     ATTEMPT_CAUSE_RESUME: _ClassVar[AttemptCause]
+IMAGE_SOURCE_UNSPECIFIED: ImageSource
+IMAGE_SOURCE_SUBMISSION: ImageSource
+IMAGE_SOURCE_CONSOLE_DEFAULT: ImageSource
+IMAGE_SOURCE_RUNTIME_REGISTRY: ImageSource
+IMAGE_SOURCE_CATALOG: ImageSource
+IMAGE_SOURCE_HOST_RUNTIME: ImageSource
 ATTEMPT_CAUSE_UNSPECIFIED: AttemptCause
 ATTEMPT_CAUSE_INITIAL: AttemptCause
 ATTEMPT_CAUSE_AUTO_RETRY: AttemptCause
@@ -26,7 +41,7 @@ ATTEMPT_CAUSE_USER_RETRY: AttemptCause
 ATTEMPT_CAUSE_RESUME: AttemptCause
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "owner", "project", "experiment", "method", "state", "spec", "pools", "wait", "attempts", "diagnosis", "create_time", "update_time", "start_time", "end_time", "image", "provenance", "resolved_config_json", "fleet", "parent_job_id", "stage", "retries_used", "retry_budget", "out_dir", "labels")
+    __slots__ = ("job_id", "owner", "project", "experiment", "method", "state", "spec", "pools", "wait", "attempts", "diagnosis", "create_time", "update_time", "start_time", "end_time", "image", "provenance", "resolved_config_json", "fleet", "parent_job_id", "stage", "retries_used", "retry_budget", "out_dir", "labels", "image_source", "image_source_detail", "framework_version", "runtime_id", "warnings")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +74,11 @@ class Job(_message.Message):
     RETRY_BUDGET_FIELD_NUMBER: _ClassVar[int]
     OUT_DIR_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SOURCE_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    FRAMEWORK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_ID_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     owner: str
     project: str
@@ -84,7 +104,12 @@ class Job(_message.Message):
     retry_budget: int
     out_dir: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, job_id: _Optional[str] = ..., owner: _Optional[str] = ..., project: _Optional[str] = ..., experiment: _Optional[str] = ..., method: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[_job_spec_pb2.Pool, _Mapping]]] = ..., wait: _Optional[_Union[WaitInfo, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., diagnosis: _Optional[_Union[Diagnosis, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., provenance: _Optional[_Union[_job_spec_pb2.Provenance, _Mapping]] = ..., resolved_config_json: _Optional[str] = ..., fleet: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., stage: _Optional[str] = ..., retries_used: _Optional[int] = ..., retry_budget: _Optional[int] = ..., out_dir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    image_source: ImageSource
+    image_source_detail: str
+    framework_version: str
+    runtime_id: str
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., owner: _Optional[str] = ..., project: _Optional[str] = ..., experiment: _Optional[str] = ..., method: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[_job_spec_pb2.Pool, _Mapping]]] = ..., wait: _Optional[_Union[WaitInfo, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., diagnosis: _Optional[_Union[Diagnosis, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., provenance: _Optional[_Union[_job_spec_pb2.Provenance, _Mapping]] = ..., resolved_config_json: _Optional[str] = ..., fleet: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., stage: _Optional[str] = ..., retries_used: _Optional[int] = ..., retry_budget: _Optional[int] = ..., out_dir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., image_source: _Optional[_Union[ImageSource, str]] = ..., image_source_detail: _Optional[str] = ..., framework_version: _Optional[str] = ..., runtime_id: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WaitInfo(_message.Message):
     __slots__ = ("reason", "message", "queue_position", "queue")

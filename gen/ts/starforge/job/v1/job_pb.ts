@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/job/v1/job.proto.
  */
 export const file_starforge_job_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("ChpzdGFyZm9yZ2Uvam9iL3YxL2pvYi5wcm90bxIQc3RhcmZvcmdlLmpvYi52MSLOBgoDSm9iEg4KBmpvYl9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEhIKCmV4cGVyaW1lbnQYBCABKAkSDgoGbWV0aG9kGAUgASgJEikKBXN0YXRlGAYgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZRInCgRzcGVjGAcgASgLMhkuc3RhcmZvcmdlLmpvYi52MS5Kb2JTcGVjEiUKBXBvb2xzGAggAygLMhYuc3RhcmZvcmdlLmpvYi52MS5Qb29sEigKBHdhaXQYCSABKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLldhaXRJbmZvEisKCGF0dGVtcHRzGAogAygLMhkuc3RhcmZvcmdlLmpvYi52MS5BdHRlbXB0Ei4KCWRpYWdub3NpcxgLIAEoCzIbLnN0YXJmb3JnZS5qb2IudjEuRGlhZ25vc2lzEi8KC2NyZWF0ZV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWltYWdlGBAgASgJEjAKCnByb3ZlbmFuY2UYESABKAsyHC5zdGFyZm9yZ2Uuam9iLnYxLlByb3ZlbmFuY2USHAoUcmVzb2x2ZWRfY29uZmlnX2pzb24YEiABKAkSDQoFZmxlZXQYEyABKAkSFQoNcGFyZW50X2pvYl9pZBgUIAEoCRINCgVzdGFnZRgVIAEoCRIUCgxyZXRyaWVzX3VzZWQYFiABKAUSFAoMcmV0cnlfYnVkZ2V0GBcgASgFEg8KB291dF9kaXIYGCABKAkSMQoGbGFiZWxzGBkgAygLMiEuc3RhcmZvcmdlLmpvYi52MS5Kb2IuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJwCghXYWl0SW5mbxIsCgZyZWFzb24YASABKA4yHC5zdGFyZm9yZ2Uuam9iLnYxLldhaXRSZWFzb24SDwoHbWVzc2FnZRgCIAEoCRIWCg5xdWV1ZV9wb3NpdGlvbhgDIAEoBRINCgVxdWV1ZRgEIAEoCSLnAwoHQXR0ZW1wdBISCgphdHRlbXB0X2lkGAEgASgJEg4KBm51bWJlchgCIAEoBRIpCgVzdGF0ZRgDIAEoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSLQoFY2F1c2UYBCABKA4yHi5zdGFyZm9yZ2Uuam9iLnYxLkF0dGVtcHRDYXVzZRINCgVmbGVldBgFIAEoCRIVCg1leGVjdXRvcl9raW5kGAYgASgJEhYKDmJhY2tlbmRfaGFuZGxlGAcgASgJEgwKBG5vZGUYCCABKAkSLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCglleGl0X2NvZGUYDCABKAVIAIgBARI1Cg1mYWlsdXJlX2NsYXNzGA0gASgOMh4uc3RhcmZvcmdlLmpvYi52MS5GYWlsdXJlQ2xhc3MSDgoGcmVhc29uGA4gASgJEhYKDmNhcHN1bGVfZGlnZXN0GA8gASgJQgwKCl9leGl0X2NvZGUirAEKCURpYWdub3NpcxI1Cg1mYWlsdXJlX2NsYXNzGAEgASgOMh4uc3RhcmZvcmdlLmpvYi52MS5GYWlsdXJlQ2xhc3MSDwoHc3VtbWFyeRgCIAEoCRIMCgRoaW50GAMgASgJEhAKCGxvZ190YWlsGAQgAygJEhYKCWV4aXRfY29kZRgFIAEoBUgAiAEBEhEKCXJldHJ5YWJsZRgGIAEoCEIMCgpfZXhpdF9jb2RlIu4BCghKb2JFdmVudBIOCgZqb2JfaWQYASABKAkSEgoKYXR0ZW1wdF9pZBgCIAEoCRIuCgpmcm9tX3N0YXRlGAMgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZRIsCgh0b19zdGF0ZRgEIAEoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSKAoEdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAYgASgJEhAKCHNlcXVlbmNlGAcgASgDEhQKDGF0dGVtcHRfb25seRgIIAEoCCqeAQoMQXR0ZW1wdENhdXNlEh0KGUFUVEVNUFRfQ0FVU0VfVU5TUEVDSUZJRUQQABIZChVBVFRFTVBUX0NBVVNFX0lOSVRJQUwQARIcChhBVFRFTVBUX0NBVVNFX0FVVE9fUkVUUlkQAhIcChhBVFRFTVBUX0NBVVNFX1VTRVJfUkVUUlkQAxIYChRBVFRFTVBUX0NBVVNFX1JFU1VNRRAEYgZwcm90bzM", [file_google_protobuf_timestamp, file_starforge_job_v1_job_spec, file_starforge_job_v1_job_state]);
+  fileDesc("ChpzdGFyZm9yZ2Uvam9iL3YxL2pvYi5wcm90bxIQc3RhcmZvcmdlLmpvYi52MSLhBwoDSm9iEg4KBmpvYl9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEhIKCmV4cGVyaW1lbnQYBCABKAkSDgoGbWV0aG9kGAUgASgJEikKBXN0YXRlGAYgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZRInCgRzcGVjGAcgASgLMhkuc3RhcmZvcmdlLmpvYi52MS5Kb2JTcGVjEiUKBXBvb2xzGAggAygLMhYuc3RhcmZvcmdlLmpvYi52MS5Qb29sEigKBHdhaXQYCSABKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLldhaXRJbmZvEisKCGF0dGVtcHRzGAogAygLMhkuc3RhcmZvcmdlLmpvYi52MS5BdHRlbXB0Ei4KCWRpYWdub3NpcxgLIAEoCzIbLnN0YXJmb3JnZS5qb2IudjEuRGlhZ25vc2lzEi8KC2NyZWF0ZV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWltYWdlGBAgASgJEjAKCnByb3ZlbmFuY2UYESABKAsyHC5zdGFyZm9yZ2Uuam9iLnYxLlByb3ZlbmFuY2USHAoUcmVzb2x2ZWRfY29uZmlnX2pzb24YEiABKAkSDQoFZmxlZXQYEyABKAkSFQoNcGFyZW50X2pvYl9pZBgUIAEoCRINCgVzdGFnZRgVIAEoCRIUCgxyZXRyaWVzX3VzZWQYFiABKAUSFAoMcmV0cnlfYnVkZ2V0GBcgASgFEg8KB291dF9kaXIYGCABKAkSMQoGbGFiZWxzGBkgAygLMiEuc3RhcmZvcmdlLmpvYi52MS5Kb2IuTGFiZWxzRW50cnkSMwoMaW1hZ2Vfc291cmNlGBogASgOMh0uc3RhcmZvcmdlLmpvYi52MS5JbWFnZVNvdXJjZRIbChNpbWFnZV9zb3VyY2VfZGV0YWlsGBsgASgJEhkKEWZyYW1ld29ya192ZXJzaW9uGBwgASgJEhIKCnJ1bnRpbWVfaWQYHSABKAkSEAoId2FybmluZ3MYHiADKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJwCghXYWl0SW5mbxIsCgZyZWFzb24YASABKA4yHC5zdGFyZm9yZ2Uuam9iLnYxLldhaXRSZWFzb24SDwoHbWVzc2FnZRgCIAEoCRIWCg5xdWV1ZV9wb3NpdGlvbhgDIAEoBRINCgVxdWV1ZRgEIAEoCSLnAwoHQXR0ZW1wdBISCgphdHRlbXB0X2lkGAEgASgJEg4KBm51bWJlchgCIAEoBRIpCgVzdGF0ZRgDIAEoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSLQoFY2F1c2UYBCABKA4yHi5zdGFyZm9yZ2Uuam9iLnYxLkF0dGVtcHRDYXVzZRINCgVmbGVldBgFIAEoCRIVCg1leGVjdXRvcl9raW5kGAYgASgJEhYKDmJhY2tlbmRfaGFuZGxlGAcgASgJEgwKBG5vZGUYCCABKAkSLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCglleGl0X2NvZGUYDCABKAVIAIgBARI1Cg1mYWlsdXJlX2NsYXNzGA0gASgOMh4uc3RhcmZvcmdlLmpvYi52MS5GYWlsdXJlQ2xhc3MSDgoGcmVhc29uGA4gASgJEhYKDmNhcHN1bGVfZGlnZXN0GA8gASgJQgwKCl9leGl0X2NvZGUirAEKCURpYWdub3NpcxI1Cg1mYWlsdXJlX2NsYXNzGAEgASgOMh4uc3RhcmZvcmdlLmpvYi52MS5GYWlsdXJlQ2xhc3MSDwoHc3VtbWFyeRgCIAEoCRIMCgRoaW50GAMgASgJEhAKCGxvZ190YWlsGAQgAygJEhYKCWV4aXRfY29kZRgFIAEoBUgAiAEBEhEKCXJldHJ5YWJsZRgGIAEoCEIMCgpfZXhpdF9jb2RlIu4BCghKb2JFdmVudBIOCgZqb2JfaWQYASABKAkSEgoKYXR0ZW1wdF9pZBgCIAEoCRIuCgpmcm9tX3N0YXRlGAMgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZRIsCgh0b19zdGF0ZRgEIAEoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSKAoEdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAYgASgJEhAKCHNlcXVlbmNlGAcgASgDEhQKDGF0dGVtcHRfb25seRgIIAEoCCrGAQoLSW1hZ2VTb3VyY2USHAoYSU1BR0VfU09VUkNFX1VOU1BFQ0lGSUVEEAASGwoXSU1BR0VfU09VUkNFX1NVQk1JU1NJT04QARIgChxJTUFHRV9TT1VSQ0VfQ09OU09MRV9ERUZBVUxUEAISIQodSU1BR0VfU09VUkNFX1JVTlRJTUVfUkVHSVNUUlkQAxIYChRJTUFHRV9TT1VSQ0VfQ0FUQUxPRxAEEh0KGUlNQUdFX1NPVVJDRV9IT1NUX1JVTlRJTUUQBSqeAQoMQXR0ZW1wdENhdXNlEh0KGUFUVEVNUFRfQ0FVU0VfVU5TUEVDSUZJRUQQABIZChVBVFRFTVBUX0NBVVNFX0lOSVRJQUwQARIcChhBVFRFTVBUX0NBVVNFX0FVVE9fUkVUUlkQAhIcChhBVFRFTVBUX0NBVVNFX1VTRVJfUkVUUlkQAxIYChRBVFRFTVBUX0NBVVNFX1JFU1VNRRAEYgZwcm90bzM", [file_google_protobuf_timestamp, file_starforge_job_v1_job_spec, file_starforge_job_v1_job_state]);
 
 /**
  * Job is one admitted submission (a run). Its id is the run id: it survives pause, resume and
@@ -199,6 +199,42 @@ export type Job = Message<"starforge.job.v1.Job"> & {
    * @generated from field: map<string, string> labels = 25;
    */
   labels: { [key: string]: string };
+
+  /**
+   * Where `image` came from (docs/images.md gives the order).
+   *
+   * @generated from field: starforge.job.v1.ImageSource image_source = 26;
+   */
+  imageSource: ImageSource;
+
+  /**
+   * That source in words, e.g. "--image", "FORGE_IMAGE_TRL in the console's environment",
+   * "/etc/starforge/runtimes.yaml: runtimes.verl.0.9.0".
+   *
+   * @generated from field: string image_source_detail = 27;
+   */
+  imageSourceDetail: string;
+
+  /**
+   * Framework version the job runs (the --framework-version asked for, else the lock's).
+   *
+   * @generated from field: string framework_version = 28;
+   */
+  frameworkVersion: string;
+
+  /**
+   * Runtime id of that framework version in the recipe's runtime matrix.
+   *
+   * @generated from field: string runtime_id = 29;
+   */
+  runtimeId: string;
+
+  /**
+   * Warnings admission returned with the job (e.g. an image pinned by tag on a production fleet).
+   *
+   * @generated from field: repeated string warnings = 30;
+   */
+  warnings: string[];
 };
 
 /**
@@ -498,6 +534,62 @@ export const JobEventSchema: GenMessage<JobEvent> = /*@__PURE__*/
   messageDesc(file_starforge_job_v1_job, 4);
 
 /**
+ * ImageSource says which source of the resolution order gave a job its image.
+ *
+ * @generated from enum starforge.job.v1.ImageSource
+ */
+export enum ImageSource {
+  /**
+   * Unknown (jobs admitted before the source was recorded).
+   *
+   * @generated from enum value: IMAGE_SOURCE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The submission: `sf submit --image`, or `image:` in the experiment's config.yaml.
+   *
+   * @generated from enum value: IMAGE_SOURCE_SUBMISSION = 1;
+   */
+  SUBMISSION = 1,
+
+  /**
+   * The console's framework default: FORGE_IMAGE_<FRAMEWORK> in its environment, else
+   * `default_images` of its configuration.
+   *
+   * @generated from enum value: IMAGE_SOURCE_CONSOLE_DEFAULT = 2;
+   */
+  CONSOLE_DEFAULT = 2,
+
+  /**
+   * The console's runtime registry file (framework and framework version -> image).
+   *
+   * @generated from enum value: IMAGE_SOURCE_RUNTIME_REGISTRY = 3;
+   */
+  RUNTIME_REGISTRY = 3,
+
+  /**
+   * The image the recipe's runtime declares in the catalog.
+   *
+   * @generated from enum value: IMAGE_SOURCE_CATALOG = 4;
+   */
+  CATALOG = 4,
+
+  /**
+   * No image: a fleet that declares the host runtime runs the job in its own environment ("host").
+   *
+   * @generated from enum value: IMAGE_SOURCE_HOST_RUNTIME = 5;
+   */
+  HOST_RUNTIME = 5,
+}
+
+/**
+ * Describes the enum starforge.job.v1.ImageSource.
+ */
+export const ImageSourceSchema: GenEnum<ImageSource> = /*@__PURE__*/
+  enumDesc(file_starforge_job_v1_job, 0);
+
+/**
  * AttemptCause says why an attempt was created.
  *
  * @generated from enum starforge.job.v1.AttemptCause
@@ -543,5 +635,5 @@ export enum AttemptCause {
  * Describes the enum starforge.job.v1.AttemptCause.
  */
 export const AttemptCauseSchema: GenEnum<AttemptCause> = /*@__PURE__*/
-  enumDesc(file_starforge_job_v1_job, 0);
+  enumDesc(file_starforge_job_v1_job, 1);
 

@@ -102,8 +102,8 @@ export type JobSpec = Message<"starforge.job.v1.JobSpec"> & {
   validationData?: DataRef | undefined;
 
   /**
-   * Image requested with --image; empty to let the server resolve one (console default,
-   * runtime registry, catalog, in that order).
+   * Image requested with --image (or config.yaml `image:`); empty to let the server resolve one
+   * (console default, runtime registry, catalog, a host-runtime fleet, in that order).
    *
    * @generated from field: string image = 12;
    */

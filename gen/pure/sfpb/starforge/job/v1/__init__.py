@@ -13,6 +13,7 @@ __all__ = (
     "DesiredState",
     "Diagnosis",
     "FailureClass",
+    "ImageSource",
     "Job",
     "JobEvent",
     "JobSpec",
@@ -255,6 +256,65 @@ class FailureClass(betterproto2.Enum):
             "FAILURE_CLASS_PRECHECK": 6,
             "FAILURE_CLASS_INFRA": 7,
             "FAILURE_CLASS_PREEMPTED": 8,
+        }
+
+
+class ImageSource(betterproto2.Enum):
+    """
+    ImageSource says which source of the resolution order gave a job its image.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Unknown (jobs admitted before the source was recorded).
+    """
+
+    SUBMISSION = 1
+    """
+    The submission: `sf submit --image`, or `image:` in the experiment's config.yaml.
+    """
+
+    CONSOLE_DEFAULT = 2
+    """
+    The console's framework default: FORGE_IMAGE_<FRAMEWORK> in its environment, else
+    `default_images` of its configuration.
+    """
+
+    RUNTIME_REGISTRY = 3
+    """
+    The console's runtime registry file (framework and framework version -> image).
+    """
+
+    CATALOG = 4
+    """
+    The image the recipe's runtime declares in the catalog.
+    """
+
+    HOST_RUNTIME = 5
+    """
+    No image: a fleet that declares the host runtime runs the job in its own environment ("host").
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "IMAGE_SOURCE_UNSPECIFIED",
+            1: "IMAGE_SOURCE_SUBMISSION",
+            2: "IMAGE_SOURCE_CONSOLE_DEFAULT",
+            3: "IMAGE_SOURCE_RUNTIME_REGISTRY",
+            4: "IMAGE_SOURCE_CATALOG",
+            5: "IMAGE_SOURCE_HOST_RUNTIME",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "IMAGE_SOURCE_UNSPECIFIED": 0,
+            "IMAGE_SOURCE_SUBMISSION": 1,
+            "IMAGE_SOURCE_CONSOLE_DEFAULT": 2,
+            "IMAGE_SOURCE_RUNTIME_REGISTRY": 3,
+            "IMAGE_SOURCE_CATALOG": 4,
+            "IMAGE_SOURCE_HOST_RUNTIME": 5,
         }
 
 
@@ -925,6 +985,32 @@ class Job(betterproto2.Message):
     Labels from the spec.
     """
 
+    image_source: "ImageSource" = betterproto2.field(26, betterproto2.TYPE_ENUM, default_factory=lambda: ImageSource(0))
+    """
+    Where `image` came from (docs/images.md gives the order).
+    """
+
+    image_source_detail: "str" = betterproto2.field(27, betterproto2.TYPE_STRING)
+    """
+    That source in words, e.g. "--image", "FORGE_IMAGE_TRL in the console's environment",
+    "/etc/starforge/runtimes.yaml: runtimes.verl.0.9.0".
+    """
+
+    framework_version: "str" = betterproto2.field(28, betterproto2.TYPE_STRING)
+    """
+    Framework version the job runs (the --framework-version asked for, else the lock's).
+    """
+
+    runtime_id: "str" = betterproto2.field(29, betterproto2.TYPE_STRING)
+    """
+    Runtime id of that framework version in the recipe's runtime matrix.
+    """
+
+    warnings: "list[str]" = betterproto2.field(30, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Warnings admission returned with the job (e.g. an image pinned by tag on a production fleet).
+    """
+
 
 default_message_pool.register_message("starforge.job.v1", "Job", Job)
 
@@ -1050,8 +1136,8 @@ class JobSpec(betterproto2.Message):
 
     image: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
     """
-    Image requested with --image; empty to let the server resolve one (console default,
-    runtime registry, catalog, in that order).
+    Image requested with --image (or config.yaml `image:`); empty to let the server resolve one
+    (console default, runtime registry, catalog, a host-runtime fleet, in that order).
     """
 
     workspace: "WorkspaceManifest | None" = betterproto2.field(13, betterproto2.TYPE_MESSAGE, optional=True)
