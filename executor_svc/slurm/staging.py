@@ -91,6 +91,10 @@ class AttemptRecord:
     created_at: float
     pools: list[dict[str, Any]] = field(default_factory=list)
     image: str = ""
+    # What the job ran: sha256 of the image file, or a sentence saying why there is none.
+    image_digest: str = ""
+    # The Unix user the job runs as (slurm.tenants), "" for the section's `user`.
+    unix_user: str = ""
     stop_requested_at: float | None = None
     cleaned_at: float | None = None
 
