@@ -55,6 +55,10 @@ RESERVED_JOB_FIELDS = frozenset(
         "tres_per_node",
         "memory_per_node",
         "requeue",
+        # who the job runs as, and its hold until the tenant's files are handed over (tenants)
+        "hold",
+        "user_id",
+        "group_id",
     }
 )
 

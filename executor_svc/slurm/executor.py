@@ -105,6 +105,7 @@ class SlurmExecutor(Executor):
         )
         for d in (cfg.staging_dir, cfg.out_dir, cfg.blob_cache):
             d.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(secure_roots, cfg.staging_dir, cfg.out_dir, cfg.blob_cache)
         await asyncio.to_thread(bundle.clear_tmp, cfg.blob_cache)
         ex = cls(cfg, client, tokens)
         try:
@@ -236,6 +237,7 @@ class SlurmExecutor(Executor):
     @staticmethod
     def _save_adopted(dirs: AttemptDirs, record: AttemptRecord) -> None:
         dirs.root.mkdir(parents=True, exist_ok=True)
+        dirs.records.mkdir(mode=0o700, exist_ok=True)
         record.save(dirs.record)
 
     async def _stage_and_submit(

@@ -5,8 +5,10 @@ slurmrestd runs each job as its owner's Unix user: alice -> sf-tenant-a, bob -> 
 (users of the cluster's chroot; their uids are slurmctld's). The hostile tenant is the code
 inside alice's job. Bob's job runs first and waits; alice's job, told every path of bob's
 attempt, tries to list, read and write bob's attempt dir, scratch, run-token file, capsule and
-out dir: every try fails with "Permission denied". Bob's job then finishes SUCCEEDED with its
-own output intact and its run token still readable by itself.
+out dir: every try fails with "Permission denied". It then forges an executor record in its own
+attempt dir naming bob's Slurm job and links its job.log to bob's checkpoint: the executor (root)
+neither follows the link nor acts on the forged record. Bob's job then finishes SUCCEEDED with
+its own output intact and its run token still readable by itself.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ try() {
 	try "write out dir" sh -c "echo x > '$B_OUT/planted'"
 	try "remove out dir" rm -rf "$B_OUT"
 } > "$out/attack.txt"
+# Its own attempt dir is the job's: it forges the executor's record there (naming bob's Slurm
+# job) and turns its log into a link to bob's checkpoint, for the executor (root) to follow.
+stage=$(dirname "$FORGE_SCRATCH_DIR")
+printf '{"attempt_id": "%s", "job_id": "%s", "attempt_number": 1, "slurm_job_id": %s, "out_dir": "%s", "created_at": 0}' \
+	"$FORGE_ATTEMPT_ID" "$FORGE_JOB_ID" "$B_SLURM_JOB" "$B_OUT" > "$stage/attempt.json"
+ln -sf "$B_OUT/ckpt.txt" "$stage/job.log"
 """
 TRIES = 12
 
@@ -93,7 +101,12 @@ async def test_a_tenants_job_cannot_read_or_write_another_tenants_attempt(
         assert (path.stat().st_uid, path.stat().st_gid, path.stat().st_mode & 0o777) == (uid_b, uid_b, 0o700), path
     assert (b_token.stat().st_uid, b_token.stat().st_mode & 0o777) == (uid_b, 0o600)
 
-    env = {"B_ATTEMPT": str(b_attempt), "B_OUT": str(b_out), "B_TOKEN": str(b_token)}
+    env = {
+        "B_ATTEMPT": str(b_attempt),
+        "B_OUT": str(b_out),
+        "B_TOKEN": str(b_token),
+        "B_SLURM_JOB": bob.backend_handle,
+    }
     attack = _request(slurm_blobs, "alice", "attack", env)
     alice = await ex.launch(attack)
     obs = await wait_for(ex, attack.attempt_id, timeout=120)
@@ -104,6 +117,15 @@ async def test_a_tenants_job_cannot_read_or_write_another_tenants_attempt(
     lines = (a_out / "attack.txt").read_text().splitlines()
     assert len(lines) == TRIES, lines
     assert all(": refused: " in line and "Permission denied" in line for line in lines), lines
+    # The forged record and the linked log change nothing the executor says or does.
+    a_attempt = ex.layout.attempt(attack.attempt_id).root
+    assert (a_attempt / "job.log").is_symlink() and (a_attempt / "attempt.json").is_file()
+    (obs,) = await ex.observe([attack.attempt_id])
+    assert obs.state == st.JOB_STATE_SUCCEEDED and obs.backend_handle == alice.backend_handle, obs
+    assert not any("checkpoint" in line for line in obs.log_tail), obs.log_tail
+    assert not await ex.stop(attack.attempt_id, 1.0)
+    (obs,) = await ex.observe([victim.attempt_id])
+    assert obs.state == st.JOB_STATE_RUNNING, obs
 
     (b_out / "go").touch()
     obs = await wait_for(ex, victim.attempt_id, timeout=120)

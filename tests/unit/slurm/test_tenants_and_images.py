@@ -1,8 +1,10 @@
-"""`slurm.tenants` (config checks, owner -> Unix user) and the image digest an attempt records (pure)."""
+"""`slurm.tenants` (config checks, owner -> Unix user), reading the job's files safely, and the image
+digest an attempt records (pure)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 from typing import Any
 
@@ -14,6 +16,7 @@ from common.config import ConfigError, build_dataclass
 from executor_svc.slurm.config import SlurmConfig
 from executor_svc.slurm.images import NO_CONTAINER, image_digest
 from executor_svc.slurm.script import Container
+from executor_svc.slurm.staging import Layout, read_log_tail, read_marker, read_outcome, read_started
 from executor_svc.slurm.tenants import unix_user
 
 USERS = {"alice": "sf-alice", "bob": "sf-bob"}
@@ -61,6 +64,8 @@ def test_an_unmapped_owner_is_refused_or_runs_as_the_default_user() -> None:
         ({"users": {"alice": "Bad User"}}, {}, "not a Unix user name"),
         ({"projects": {"lab": "sf-x"}}, {}, "not a project"),
         ({"users": USERS}, {"job_uid": 1000, "job_gid": 1000}, "do not apply with slurm.tenants"),
+        ({"users": USERS}, {"job_fields": {"user_id": 0}}, "user_id are set by the executor"),
+        ({"users": USERS}, {"job_fields": {"hold": False}}, "hold are set by the executor"),
     ],
 )
 def test_bad_tenants_are_refused_when_loaded(tenants: dict[str, Any], extra: dict[str, Any], message: str) -> None:
@@ -88,3 +93,25 @@ async def test_image_digests_say_what_ran(tmp_path: pathlib.Path) -> None:
     )
     resolved = lr_pb.LaunchRequest(image="registry.local/x:1", image_digest="sha256:" + "a" * 64)
     assert await image_digest(Container("pyxis", "registry.local#x:1"), resolved) == resolved.image_digest
+
+
+def test_job_files_are_read_only_when_they_are_regular_files(tmp_path: pathlib.Path) -> None:
+    """The job's user owns its attempt dir: the executor (root) follows no link and opens no FIFO
+    there, and the record lives in the executor's own dir."""
+    secret = tmp_path / "other-tenant.txt"
+    secret.write_text("1700000000\nsecret line\n")
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (stage / "job.log").symlink_to(secret)
+    (stage / "started").symlink_to(secret)
+    os.mkfifo(stage / "outcome")
+    assert read_log_tail(stage / "job.log") == []
+    assert read_started(stage / "started") is None
+    assert read_outcome(stage / "outcome") is None  # a FIFO would block a plain open()
+    assert read_marker(stage / "missing") is None
+    (stage / "started2").write_text("1700000000\n")
+    assert read_started(stage / "started2") is not None
+    layout = Layout(tmp_path / "staging", tmp_path / "out")
+    dirs = layout.attempt("j0000000000000.1")
+    assert dirs.record == tmp_path / "staging" / ".records" / "j0000000000000.1.json"
+    assert dirs.root not in dirs.record.parents
