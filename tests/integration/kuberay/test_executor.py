@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
+import time
 
 import pytest
 import yaml
@@ -272,7 +273,12 @@ async def test_the_image_digest_is_read_from_the_head_pod(executor: KubeRayExecu
     assert obs.image_digest == ""  # no head pod named yet: nothing to ask
     head = f"{name}-head-x7k2p"
     operator.status(name, rayClusterStatus={"head": {"podName": head}})
-    (obs,) = await executor.observe([req.attempt_id])
+    deadline = time.monotonic() + 10
+    while True:  # until the watch has delivered the status naming the head pod
+        (obs,) = await executor.observe([req.attempt_id])
+        if obs.image_digest or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
     assert obs.state == st.JOB_STATE_RUNNING
     assert obs.image_digest.startswith(f"unresolved:read Pod {operator.namespace}/{head}: "), obs.image_digest
     assert "serves no core/v1 Pods" in obs.image_digest
