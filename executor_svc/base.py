@@ -87,6 +87,8 @@ class Observation:
     start_time: dt.datetime | None = None
     end_time: dt.datetime | None = None
     failure_class: int = st.FAILURE_CLASS_UNSPECIFIED
+    # The image digest learnt once the attempt runs ("" when unknown; see executor_service.proto).
+    image_digest: str = ""
 
     @classmethod
     def missing(cls, attempt_id: str) -> Observation:
@@ -233,6 +235,7 @@ def observation_to_proto(o: Observation) -> ex_pb.Observation:
         backend_handle=o.backend_handle,
         node=o.node,
         failure_class=o.failure_class,  # type: ignore[arg-type]
+        image_digest=o.image_digest,
     )
     if o.exit_code is not None:
         msg.exit_code = o.exit_code

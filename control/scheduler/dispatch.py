@@ -335,13 +335,7 @@ class Scheduler:
         attempt.lease_owner, attempt.lease_until = "", 0.0
         if getattr(resp, "out_dir", ""):
             job.out_dir = resp.out_dir  # type: ignore[attr-defined]
-        digest = getattr(resp, "image_digest", "")
-        if digest:
-            prov = job_spec_pb2.Provenance()
-            prov.ParseFromString(job.provenance)
-            if not prov.image_digest:
-                prov.image_digest = digest
-                job.provenance = prov.SerializeToString()
+        note_image_digest(job, getattr(resp, "image_digest", ""))
         if attempt.state == sm.SUBMITTED:
             jobs.advance(s, job, attempt, sm.PENDING, "launched: the backend accepted the attempt")
 
@@ -445,3 +439,18 @@ def take_lease(s: Session, attempt_id: str, owner: str, now: float) -> bool:
         .values(lease_owner=owner, lease_until=now + LEASE_SECONDS)
     )
     return bool(r.rowcount)  # type: ignore[attr-defined]
+
+
+def note_image_digest(job: m.Job, digest: str) -> None:
+    """Record the image digest an executor reported (at launch, or observed once the attempt ran)
+    in the job's provenance, unless it already has one. A digest the executor could not resolve
+    (`unresolved:...`) gives way to a resolved one reported later."""
+    if not digest:
+        return
+    prov = job_spec_pb2.Provenance()
+    prov.ParseFromString(job.provenance)
+    current = prov.image_digest
+    if current and not (current.startswith("unresolved:") and not digest.startswith("unresolved:")):
+        return
+    prov.image_digest = digest
+    job.provenance = prov.SerializeToString()

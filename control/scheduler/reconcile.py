@@ -36,7 +36,7 @@ from control.db import models as m
 from control.ledger import jobs, outcomes, platform
 from control.ledger import state_machine as sm
 from control.scheduler import backoff
-from control.scheduler.dispatch import Scheduler, closed_fleets, take_lease
+from control.scheduler.dispatch import Scheduler, closed_fleets, note_image_digest, take_lease
 from control.telemetry import bounds, ingest
 
 log = logging.getLogger("starforge.reconcile")
@@ -155,6 +155,7 @@ class Reconciler:
             if o.node:
                 attempt.node = o.node
             attempt.lease_owner, attempt.lease_until = "", 0.0
+            note_image_digest(job, o.image_digest)
             jobs.advance(s, job, attempt, o.state, f"observed {sm.name(o.state)} on the backend")
         return job.id
 
@@ -171,6 +172,7 @@ class Reconciler:
             if attempt.state not in sm.ACTIVE:
                 return attempt.job_id
             job = jobs.get_job(s, attempt.job_id, for_update=True)
+            note_image_digest(job, o.image_digest)
             if tail:
                 ingest.system_lines(s, attempt, tail, max_line_bytes=max_line)
             if lost:

@@ -40,7 +40,8 @@ from executor_svc.base import (
 )
 from executor_svc.kuberay import builder, names, states
 from executor_svc.kuberay.config import KubeRayConfig
-from executor_svc.kuberay.kube import KubeApi
+from executor_svc.kuberay.images import container_digest, head_pod_name
+from executor_svc.kuberay.kube import KubeApi, NoPodsApi
 from executor_svc.kuberay.watch import RayJobWatch
 
 log = logging.getLogger("starforge.executor.kuberay")
@@ -64,6 +65,8 @@ class KubeRayExecutor(Executor):
         self.selector = f"{LABEL_MANAGED}={MANAGED_BY},{builder.LABEL_EXECUTOR}={cfg.executor_name}"
         self.watch = RayJobWatch(kube, self.selector, cfg.watch_timeout_seconds)
         self._ended: collections.OrderedDict[str, Observation] = collections.OrderedDict()
+        # attempt id -> image digest read from its head pod (or why it cannot be read).
+        self._digests: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     @classmethod
     async def create(cls, cfg: KubeRayConfig) -> KubeRayExecutor:
@@ -119,7 +122,35 @@ class KubeRayExecutor(Executor):
             start_time=m.start_time,
             end_time=m.end_time,
             failure_class=m.failure_class,
+            image_digest=self._digests.get(builder.attempt_of(obj), ""),
         )
+
+    async def _learn_digest(self, attempt_id: str, obj: dict[str, Any]) -> None:
+        """Read the image digest from the attempt's head pod once it has one (kept afterwards).
+
+        A pod not there yet (or gone), or an API error, is tried again at the next observe; a
+        server without Pods gets an `unresolved:` digest that says so."""
+        if attempt_id in self._digests:
+            return
+        pod_name = head_pod_name(obj.get("status"))
+        if not pod_name:
+            return
+        try:
+            pod = await asyncio.to_thread(self.kube.read_pod, pod_name)
+        except NoPodsApi as exc:
+            self._keep_digest(attempt_id, f"unresolved:{exc.message}")
+            return
+        except errors.StarforgeError as exc:
+            log.debug("image digest of %s: %s", attempt_id, exc.message)
+            return
+        digest = container_digest(pod) if pod is not None else ""
+        if digest:
+            self._keep_digest(attempt_id, digest)
+
+    def _keep_digest(self, attempt_id: str, digest: str) -> None:
+        self._digests[attempt_id] = digest
+        while len(self._digests) > MAX_REMEMBERED:
+            self._digests.popitem(last=False)
 
     # -- describe ---------------------------------------------------------------------------
 
@@ -180,6 +211,7 @@ class KubeRayExecutor(Executor):
             except errors.StarforgeError as exc:
                 log.warning("secret %s has no owner; Cleanup deletes it: %s", built.secret_name, exc.message)
         log.info("launched %s as RayJob %s", request.attempt_id, handle)
+        # The digest the image really has is the head pod's imageID, reported by observe.
         return LaunchResult(backend_handle=handle, already_launched=False, out_dir=built.out_dir)
 
     async def _existing(self, attempt_id: str, built: builder.Built) -> LaunchResult:
@@ -213,6 +245,7 @@ class KubeRayExecutor(Executor):
         obj = await self._get(attempt_id)
         if obj is None:
             return self._ended.get(attempt_id) or Observation.missing(attempt_id)
+        await self._learn_digest(attempt_id, obj)
         return self._observation(obj)
 
     # -- stop / cleanup / list --------------------------------------------------------------

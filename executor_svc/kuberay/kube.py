@@ -32,6 +32,10 @@ _ERRNO = re.compile(r"\[Errno -?[0-9]+\] [^'\")]+")
 _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
 
 
+class NoPodsApi(errors.Unavailable):
+    """The API server serves no core/v1 Pods (a CustomResource-only server)."""
+
+
 class ResourceExpired(Exception):
     """A watch's resourceVersion was compacted away (410 Gone): list again."""
 
@@ -239,6 +243,33 @@ class KubeApi:
             raise translate(exc, self.host, "watch RayJobs") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise translate(exc, self.host, "watch RayJobs") from None
+
+    # -- Pods (the image digest) ------------------------------------------------------------
+
+    def read_pod(self, name: str) -> dict[str, Any] | None:
+        """The pod as the API serves it (JSON field names), or None when there is no such pod.
+        NoPodsApi when the server has no Pods at all."""
+        action = f"read Pod {self.namespace}/{name}"
+        try:
+            # _preload_content=False: the raw answer (urllib3), read as the API's JSON.
+            answer: Any = self.core.read_namespaced_pod(
+                name, self.namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if is_missing(exc, name):
+                return None
+            if exc.status == 404:
+                raise NoPodsApi(
+                    f"{action}: the Kubernetes API at {self.host} serves no core/v1 Pods "
+                    f"({_status_body(exc).get('message') or exc.reason})"
+                ) from None
+            raise translate(exc, self.host, action) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise translate(exc, self.host, action) from None
+        try:
+            return _as_dict(json.loads(answer.data))
+        except ValueError as exc:
+            raise errors.Unavailable(f"{action}: the answer is not JSON: {exc}") from None
 
     # -- Secrets (use_secret_for_token) -----------------------------------------------------
 

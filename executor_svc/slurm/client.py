@@ -96,14 +96,19 @@ class SlurmClient:
         json: Mapping[str, Any] | None = None,
         params: Mapping[str, str] | None = None,
         allow: Sequence[int] = (),
+        run_as: str = "",
+        log_warnings: bool = True,
     ) -> dict[str, Any]:
         """One request to the pinned API; the parsed body, or a common.errors error.
 
         Slurm error numbers in `allow` do not raise: the caller inspects `errors[]` itself.
+        `run_as`: act as this user instead of the client's (X-SLURM-USER-NAME; slurmrestd allows
+        it only when the token belongs to SlurmUser or root).
         """
         url = api.PREFIX + path
+        headers = {api.USER_HEADER: run_as} if run_as else None
         try:
-            response = await self._http.request(method, url, json=json, params=params)
+            response = await self._http.request(method, url, json=json, params=params, headers=headers)
         except httpx.TimeoutException as exc:
             raise errors.DeadlineExceeded(
                 message=f"slurmrestd at {self.base_url} did not answer {what} within {self._timeout_s:g} s",
@@ -114,9 +119,11 @@ class SlurmClient:
                 message=f"cannot reach slurmrestd at {self.base_url} ({what}): {exc or type(exc).__name__}",
                 metadata={"base_url": self.base_url},
             ) from exc
-        return self._check(response, what, allow)
+        return self._check(response, what, allow, log_warnings)
 
-    def _check(self, response: httpx.Response, what: str, allow: Sequence[int]) -> dict[str, Any]:
+    def _check(
+        self, response: httpx.Response, what: str, allow: Sequence[int], log_warnings: bool = True
+    ) -> dict[str, Any]:
         try:
             body = response.json()
         except ValueError:
@@ -138,7 +145,7 @@ class SlurmClient:
                 entries=blocking,
                 body_text=response.text,
             )
-        if warnings := body.get("warnings"):
+        if (warnings := body.get("warnings")) and log_warnings:
             log.warning("slurmrestd at %s: %s: %s", self.base_url, what, describe(warnings))
         return body
 
@@ -199,18 +206,24 @@ class SlurmClient:
             )
         return info
 
-    async def submit(self, job: BatchJob, resources: JobComponent | None = None) -> SubmittedJob:
-        """Submit a batch job with one set of resources; its id once slurmctld accepted it."""
+    async def submit(self, job: BatchJob, resources: JobComponent | None = None, *, run_as: str = "") -> SubmittedJob:
+        """Submit a batch job with one set of resources; its id once slurmctld accepted it.
+
+        `run_as`: the Unix user the job runs as, when not the client's own (needs a token of
+        SlurmUser or root)."""
         resources = resources or JobComponent()
         job.validate()
         resources.validate("resources")
         body = {"job": job.component_json(resources, first=True)}
-        return await self._submit(body, f"submit job {job.name!r}")
+        return await self._submit(body, f"submit job {job.name!r}", run_as)
 
-    async def submit_heterogeneous(self, job: BatchJob, components: Sequence[JobComponent]) -> SubmittedJob:
+    async def submit_heterogeneous(
+        self, job: BatchJob, components: Sequence[JobComponent], *, run_as: str = ""
+    ) -> SubmittedJob:
         """Submit a heterogeneous job (one component per entry; the script runs in the first).
 
         Steps reach the other components with `srun --het-group=N`. Its id is the leader's.
+        `run_as` as for `submit`.
         """
         if len(components) < 2:
             raise errors.InvalidArgument(
@@ -221,18 +234,29 @@ class SlurmClient:
         for index, component in enumerate(components):
             component.validate(f"components[{index}]")
         body = {"jobs": [job.component_json(c, first=i == 0) for i, c in enumerate(components)]}
-        return await self._submit(body, f"submit heterogeneous job {job.name!r}")
+        return await self._submit(body, f"submit heterogeneous job {job.name!r}", run_as)
 
-    async def _submit(self, body: Mapping[str, Any], what: str) -> SubmittedJob:
-        answer = await self._call("POST", "/job/submit", what=what, json=body)
+    async def _submit(self, body: Mapping[str, Any], what: str, run_as: str) -> SubmittedJob:
+        what += f" as {run_as!r}" if run_as else ""
+        # The caller logs the warnings it does not expect (a held job's are expected).
+        answer = await self._call("POST", "/job/submit", what=what, json=body, run_as=run_as, log_warnings=False)
         job_id = answer.get("job_id")
         if not isinstance(job_id, int) or job_id <= 0:
             raise errors.Internal(message=f"slurmrestd at {self.base_url}: {what}: no job_id in {answer!r:.300}")
         return SubmittedJob(
             job_id=job_id,
-            warnings=tuple(describe([w]) for w in answer.get("warnings") or []),
+            warnings=tuple(describe([w]) for w in answer.get("warnings") or [] if not _held_notice(w)),
             user_message=str(answer.get("job_submit_user_msg") or ""),
         )
+
+    async def release(self, job_id: int) -> None:
+        """Release a job submitted held (`BatchJob.hold`): it becomes eligible to run."""
+        await self._call("POST", f"/job/{int(job_id)}", what=f"release job {job_id}", json={"hold": False})
+
+    async def release_all(self, job_ids: Sequence[int]) -> None:
+        """`release` each job (every component of a heterogeneous job is held on its own)."""
+        for job_id in job_ids:
+            await self.release(job_id)
 
     async def get_job(self, job_id: int) -> SlurmJob | None:
         """The job (with its components if heterogeneous), or None when slurmctld does not know it.
@@ -311,3 +335,8 @@ class SlurmClient:
         if failures:
             raise error_for(base_url=self.base_url, what=what, http_status=200, entries=failures)
         return True
+
+
+def _held_notice(warning: Any) -> bool:
+    """slurmctld's note that a job submitted held waits for a release (expected, not a problem)."""
+    return isinstance(warning, Mapping) and "held state" in describe([warning])

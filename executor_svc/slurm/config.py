@@ -33,6 +33,8 @@ CONTAINER_RUNTIMES = ("none", "pyxis", "apptainer")
 # sends image "host" jobs only to fleets whose runtime is "process" or "host".
 RUNTIME_NAMES = {"none": "host", "pyxis": "enroot", "apptainer": "apptainer"}
 RAY_NODE_IP = ("auto", "loopback")
+UNMAPPED_POLICIES = ("refuse", "default")
+_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 _GRES_PART = re.compile(r"^[a-z][a-z0-9_]*$")
 _GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # Fields of job_desc_msg the executor sets itself: `job_fields` may not override them.
@@ -53,6 +55,10 @@ RESERVED_JOB_FIELDS = frozenset(
         "tres_per_node",
         "memory_per_node",
         "requeue",
+        # who the job runs as, and its hold until the tenant's files are handed over (tenants)
+        "hold",
+        "user_id",
+        "group_id",
     }
 )
 
@@ -112,6 +118,35 @@ class RayConfig:
     # Ray token authentication with a random token per job (made by the batch script, never
     # written down): other users of the nodes can neither join nor drive the job's Ray cluster.
     token_auth: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantsConfig:
+    """Which Unix user each StarForge owner's jobs run as (empty maps: every job runs as `user`).
+
+    `projects` ("@user/name" -> Unix user) wins over `users` (StarForge user name -> Unix user).
+    The uid and gid are the cluster's: slurmctld resolves the name when the job is submitted,
+    and the executor hands the attempt's directories to the uid slurmctld reports. An owner with
+    no entry: `unmapped: refuse` fails the launch (PERMISSION_DENIED, naming the owner);
+    `unmapped: default` runs the job as `default_user`, which then shares files with every other
+    unmapped owner. The section's `user` must be SlurmUser or root: its token submits for them.
+    """
+
+    users: dict[str, str] = dataclasses.field(default_factory=dict)
+    projects: dict[str, str] = dataclasses.field(default_factory=dict)
+    unmapped: str = "refuse"
+    default_user: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.users or self.projects)
+
+    def unix_users(self) -> frozenset[str]:
+        """Every Unix user this mapping may run jobs as."""
+        names = set(self.users.values()) | set(self.projects.values())
+        if self.unmapped == "default" and self.default_user:
+            names.add(self.default_user)
+        return frozenset(names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +211,8 @@ class SlurmConfig:
     default_stop_grace_seconds: int = 10
     # Blobs fetched at once per launch.
     fetch_concurrency: int = 8
+    # Per-owner Unix users (TenantsConfig); unset: every job runs as `user`.
+    tenants: TenantsConfig = dataclasses.field(default_factory=TenantsConfig)
 
     def __post_init__(self) -> None:
         _check(self)
@@ -218,6 +255,7 @@ def _check(cfg: SlurmConfig) -> None:
             f"slurm.job_fields: {', '.join(reserved)} are set by the executor itself; "
             "use inventory (nodes, GPUs, CPUs, memory) or the section's own keys instead"
         )
+    _check_tenants(cfg)
     if not cfg.inventory:
         raise ConfigError("slurm.inventory: list at least one series")
     seen: set[str] = set()
@@ -234,3 +272,33 @@ def _check(cfg: SlurmConfig) -> None:
             raise ConfigError(f"{where}.gres_name: {s.gres_name!r} is not a gres name (e.g. 'gpu')")
         if s.gres_type and not _GRES_TYPE.match(s.gres_type):
             raise ConfigError(f"{where}.gres_type: {s.gres_type!r} is not a gres type (e.g. 'h100')")
+
+
+def _check_tenants(cfg: SlurmConfig) -> None:
+    t = cfg.tenants
+    if t.unmapped not in UNMAPPED_POLICIES:
+        raise ConfigError(f"slurm.tenants.unmapped: {t.unmapped!r} is not one of {', '.join(UNMAPPED_POLICIES)}")
+    if not t.enabled:
+        if t.default_user or t.unmapped != "refuse":
+            raise ConfigError("slurm.tenants: unmapped/default_user need users or projects to map")
+        return
+    if t.unmapped == "default" and not t.default_user:
+        raise ConfigError("slurm.tenants.default_user: name the Unix user of unmapped owners (unmapped: default)")
+    if t.unmapped == "refuse" and t.default_user:
+        raise ConfigError("slurm.tenants.default_user is used only with unmapped: default")
+    if cfg.job_uid >= 0:
+        raise ConfigError(
+            "slurm.job_uid/job_gid do not apply with slurm.tenants: each job's uid is the one slurmctld "
+            "resolves for its Unix user"
+        )
+    entries = [(f"users.{k}", v) for k, v in t.users.items()] + [(f"projects.{k}", v) for k, v in t.projects.items()]
+    if t.default_user:
+        entries.append(("default_user", t.default_user))
+    for where, name in entries:
+        if not _UNIX_USER.match(name):
+            raise ConfigError(f"slurm.tenants.{where}: {name!r} is not a Unix user name")
+        if name == "root":
+            raise ConfigError(f"slurm.tenants.{where}: jobs never run as root")
+    for project in t.projects:
+        if not project.startswith("@") or "/" not in project:
+            raise ConfigError(f"slurm.tenants.projects: {project!r} is not a project (@<user>/<name>)")

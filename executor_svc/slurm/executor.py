@@ -44,6 +44,7 @@ from executor_svc.capsule_env import write_token_file
 from executor_svc.slurm import observations as obs_map
 from executor_svc.slurm.client import SlurmClient
 from executor_svc.slurm.config import SeriesConfig, SlurmConfig
+from executor_svc.slurm.images import image_digest
 from executor_svc.slurm.models import BatchJob, JobComponent, SlurmJob
 from executor_svc.slurm.plan import container_for, plan_components, ray_spec, split_environment
 from executor_svc.slurm.script import Component, Container, ScriptSpec, build_script
@@ -58,16 +59,24 @@ from executor_svc.slurm.staging import (
     secure_roots,
 )
 from executor_svc.slurm.states import job_ledger_state
+from executor_svc.slurm.tenants import unix_user
 from executor_svc.slurm.tokens import TokenSource
 
 log = logging.getLogger("starforge.executor.slurm")
 T = TypeVar("T")
 
 VERSION = "0.1.0"
+# slurmctld's state_reason of a job submitted held.
+HELD_REASON = "JobHeldUser"
 LABEL_EXECUTOR = "starforge.dev/executor"
 # Stop: seconds beyond the grace for the runner to report and exit before the cancel; poll period.
 STOP_MARGIN_SECONDS = 3.0
 STOP_POLL_SECONDS = 0.5
+
+
+def _held(job: SlurmJob) -> bool:
+    """Whether the job, or any component of a heterogeneous job, is still held."""
+    return any(part.state_reason == HELD_REASON for part in job.components or (job,))
 
 
 class SlurmExecutor(Executor):
@@ -87,12 +96,18 @@ class SlurmExecutor(Executor):
 
     @classmethod
     async def create(cls, cfg: SlurmConfig) -> SlurmExecutor:
+        if cfg.tenants.enabled and os.geteuid() != 0:
+            raise errors.FailedPrecondition(
+                "slurm.tenants needs the executor to run as root: it hands each attempt's directories "
+                "to the uid of the job's Unix user"
+            )
         tokens = TokenSource(cfg)
         client = SlurmClient(
             cfg.restd_url, user=cfg.user, token=await tokens.current(), timeout_s=cfg.request_timeout_seconds
         )
         for d in (cfg.staging_dir, cfg.out_dir, cfg.blob_cache):
             d.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(secure_roots, cfg.staging_dir, cfg.out_dir, cfg.blob_cache)
         await asyncio.to_thread(bundle.clear_tmp, cfg.blob_cache)
         ex = cls(cfg, client, tokens)
         try:
@@ -130,7 +145,8 @@ class SlurmExecutor(Executor):
         """Jobs of this executor's Slurm user carrying its labels (plus `extra`)."""
         wanted = self._labels() | (extra or {})
         jobs = await self._slurm(lambda c: c.list_jobs(wanted))
-        return [j for j in jobs if not j.user_name or j.user_name == self.cfg.user]
+        users = {self.cfg.user} | self.cfg.tenants.unix_users()
+        return [j for j in jobs if not j.user_name or j.user_name in users]
 
     # -- describe ---------------------------------------------------------------------------
 
@@ -167,22 +183,35 @@ class SlurmExecutor(Executor):
         dirs = self.layout.attempt(request.attempt_id)
         out_dir = self.layout.out_dir(out_key(request))
         container = container_for(self.cfg, request, dirs)
+        run_as = unix_user(self.cfg, request)  # an unmapped owner is refused before anything is staged
         async with self._attempt_lock(request.attempt_id):
             existing = await asyncio.to_thread(AttemptRecord.load, dirs.record)
             if existing is not None:
-                return LaunchResult(str(existing.slurm_job_id), already_launched=True, out_dir=existing.out_dir)
+                return self._result(existing, already_launched=True)
             found = await self._our_jobs({LABEL_ATTEMPT: request.attempt_id})
             if found:  # submitted by an executor that died before writing its record
-                record = self._record(request, found[0].job_id, out_dir, plan)
+                if self.cfg.tenants.enabled and _held(found[0]):
+                    await self._hand_over_and_release(request, dirs, out_dir, found[0].job_id, run_as)
+                digest = await image_digest(container, request)
+                record = self._record(request, found[0].job_id, out_dir, plan, digest, run_as)
                 await asyncio.to_thread(self._save_adopted, dirs, record)
-                return LaunchResult(str(record.slurm_job_id), already_launched=True, out_dir=record.out_dir)
+                return self._result(record, already_launched=True)
             self._launching.add(request.attempt_id)
             try:
-                record = await self._stage_and_submit(request, plan, container, dirs, out_dir)
+                record = await self._stage_and_submit(request, plan, container, dirs, out_dir, run_as)
             finally:
                 self._launching.discard(request.attempt_id)
-        log.info("launched %s as Slurm job %d", request.attempt_id, record.slurm_job_id)
-        return LaunchResult(str(record.slurm_job_id), out_dir=record.out_dir, image_digest=request.image_digest)
+        log.info("launched %s as Slurm job %d (user %s)", request.attempt_id, record.slurm_job_id, run_as)
+        return self._result(record)
+
+    @staticmethod
+    def _result(record: AttemptRecord, *, already_launched: bool = False) -> LaunchResult:
+        return LaunchResult(
+            str(record.slurm_job_id),
+            already_launched=already_launched,
+            out_dir=record.out_dir,
+            image_digest=record.image_digest,
+        )
 
     def _record(
         self,
@@ -190,6 +219,8 @@ class SlurmExecutor(Executor):
         slurm_job_id: int,
         out_dir: Path,
         plan: Sequence[tuple[Component, SeriesConfig]],
+        digest: str,
+        run_as: str,
     ) -> AttemptRecord:
         return AttemptRecord(
             attempt_id=request.attempt_id,
@@ -203,11 +234,14 @@ class SlurmExecutor(Executor):
                 for c, s in plan
             ],
             image=request.image,
+            image_digest=digest,
+            unix_user=run_as if self.cfg.tenants.enabled else "",
         )
 
     @staticmethod
     def _save_adopted(dirs: AttemptDirs, record: AttemptRecord) -> None:
         dirs.root.mkdir(parents=True, exist_ok=True)
+        dirs.records.mkdir(mode=0o700, exist_ok=True)
         record.save(dirs.record)
 
     async def _stage_and_submit(
@@ -217,9 +251,12 @@ class SlurmExecutor(Executor):
         container: Container | None,
         dirs: AttemptDirs,
         out_dir: Path,
+        run_as: str,
     ) -> AttemptRecord:
+        tenants = self.cfg.tenants.enabled
         try:
             await self._materialize(request, dirs, out_dir)
+            digest = await image_digest(container, request)
             exports, job_env = split_environment(self.cfg, request, dirs, out_dir)
             components = [c for c, _ in plan]
             script = build_script(
@@ -251,6 +288,8 @@ class SlurmExecutor(Executor):
             standard_output=str(dirs.log),  # stderr joins it, in order
             time_limit_minutes=self.cfg.time_limit_minutes or None,
             extra=self.cfg.job_fields,
+            # A tenant's job waits until its directories belong to the uid slurmctld gave it.
+            hold=tenants,
         )
         resources = [
             JobComponent(
@@ -264,11 +303,12 @@ class SlurmExecutor(Executor):
             )
             for c, s in plan
         ]
+        as_user = run_as if tenants else ""
         try:
             if len(resources) == 1:
-                submitted = await self._slurm(lambda cl: cl.submit(job, resources[0]))
+                submitted = await self._slurm(lambda cl: cl.submit(job, resources[0], run_as=as_user))
             else:
-                submitted = await self._slurm(lambda cl: cl.submit_heterogeneous(job, resources))
+                submitted = await self._slurm(lambda cl: cl.submit_heterogeneous(job, resources, run_as=as_user))
         except (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied):
             # Slurm refused it: nothing runs, so nothing staged is needed. (After a timeout the
             # job may exist: the staged files stay for it and a second Launch finds it by label.)
@@ -276,9 +316,36 @@ class SlurmExecutor(Executor):
             raise
         for warning in submitted.warnings:
             log.warning("slurmrestd on submitting %s: %s", request.attempt_id, warning)
-        record = self._record(request, submitted.job_id, out_dir, plan)
+        if tenants:
+            await self._hand_over_and_release(request, dirs, out_dir, submitted.job_id, run_as)
+        record = self._record(request, submitted.job_id, out_dir, plan, digest, run_as)
         await asyncio.to_thread(record.save, dirs.record)
         return record
+
+    async def _hand_over_and_release(
+        self, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path, job_id: int, run_as: str
+    ) -> None:
+        """Give a held tenant job's directories and run token to the uid slurmctld resolved for
+        its user, then release it. Anything unexpected cancels the job: it never runs with
+        directories that belong to someone else."""
+        try:
+            job = await self._slurm(lambda c: c.get_job(job_id))
+            if job is None or job.user_id is None or job.group_id is None:
+                raise errors.Internal(f"slurmctld does not report the user of held Slurm job {job_id}")
+            if job.user_name != run_as or job.user_id == 0 or job.group_id == 0:
+                raise errors.Internal(
+                    f"Slurm job {job_id} runs as {job.user_name!r} (uid {job.user_id}, gid {job.group_id}), "
+                    f"not as tenant user {run_as!r}; it was cancelled"
+                )
+            uid, gid = job.user_id, job.group_id
+            await asyncio.to_thread(hand_over, dirs, out_dir, uid, gid)
+            await asyncio.to_thread(write_token_file, request, dirs.scratch, uid=uid, gid=gid)
+            parts = [part.job_id for part in job.components or (job,)]  # each component is held
+            await self._slurm(lambda c: c.release_all(parts))
+        except BaseException:
+            await self._slurm(lambda c: c.cancel(job_id))
+            await asyncio.to_thread(shutil.rmtree, dirs.root, True)
+            raise
 
     async def _materialize(self, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path) -> None:
         await asyncio.to_thread(shutil.rmtree, dirs.root, True)  # a failed launch's leftovers
@@ -293,9 +360,13 @@ class SlurmExecutor(Executor):
             self.cfg.blob_cache,
             dirs.datasets,
             concurrency=self.cfg.fetch_concurrency,
-            share_cache=self.cfg.job_uid >= 0 and self.cfg.job_uid != os.geteuid(),
+            share_cache=self.cfg.tenants.enabled or (self.cfg.job_uid >= 0 and self.cfg.job_uid != os.geteuid()),
         )
         await asyncio.to_thread(bundle.verify_bootstrap, request, dirs.capsule)
+        if self.cfg.tenants.enabled:
+            # The uid is known once slurmctld took the (held) job: _hand_over_and_release.
+            await asyncio.to_thread(hand_over, dirs, out_dir, -1, -1)
+            return
         await asyncio.to_thread(hand_over, dirs, out_dir, self.cfg.job_uid, self.cfg.job_gid)
         owner = (self.cfg.job_uid, self.cfg.job_gid) if self.cfg.job_uid >= 0 else (None, None)
         await asyncio.to_thread(write_token_file, request, dirs.scratch, uid=owner[0], gid=owner[1])

@@ -134,6 +134,8 @@ class BatchJob:
     # Further job_desc_msg fields (account, qos, constraints, ...) for every component, as the
     # fleet's configuration gives them; fields set above win.
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Submitted held (priority 0): it runs only after `SlurmClient.release`.
+    hold: bool = False
 
     def validate(self) -> None:
         problems = []
@@ -164,6 +166,8 @@ class BatchJob:
             "environment": [f"{key}={value}" for key, value in sorted(self.environment.items())],
             "requeue": False,
         }
+        if self.hold:
+            body["hold"] = True
         if self.labels:
             body["comment"] = encode_labels(self.labels)
         if self.partition:
@@ -241,6 +245,9 @@ class SlurmJob:
     standard_output: str
     standard_error: str
     components: tuple[SlurmJob, ...] = ()
+    # The job's uid and gid, as slurmctld resolved its user.
+    user_id: int | None = None
+    group_id: int | None = None
 
     @property
     def is_het_leader(self) -> bool:
@@ -298,6 +305,8 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         nodes=str(raw.get("nodes") or ""),
         partition=str(raw.get("partition") or ""),
         user_name=str(raw.get("user_name") or ""),
+        user_id=_int_or_none(raw.get("user_id")),
+        group_id=_int_or_none(raw.get("group_id")),
         comment=comment,
         labels=decode_labels(comment),
         submit_time=_time(raw.get("submit_time")),
@@ -326,3 +335,7 @@ def group_components(records: Sequence[SlurmJob]) -> list[SlurmJob]:
         # Components other than the leader may lack the comment: the leader's labels speak for all.
         plain.append(replace(leader, components=tuple(parts)))
     return sorted(plain, key=lambda job: job.job_id)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -82,7 +83,7 @@ async def test_kuberay_through_sf(tmp_path: pathlib.Path, kube: Kube) -> None:
     ) as c:
         api = client.CustomObjectsApi(kube.api)
 
-        def operator(name: str, status: dict[str, str]) -> None:
+        def operator(name: str, status: dict[str, Any]) -> None:
             """The test plays the KubeRay operator: it writes the RayJob's status."""
             api.patch_namespaced_custom_object_status("ray.io", "v1", namespace, "rayjobs", name, {"status": status})
 
@@ -91,11 +92,17 @@ async def test_kuberay_through_sf(tmp_path: pathlib.Path, kube: Kube) -> None:
         pending = await c.wait(job_id, st.JOB_STATE_PENDING, timeout=60)
         name = rayjob_name(pending.attempts[-1].attempt_id)
         assert api.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)["spec"]["entrypoint"]
-        await asyncio.to_thread(operator, name, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"})
+        head = {"rayClusterStatus": {"head": {"podName": f"{name}-head-x7k2p"}}}
+        await asyncio.to_thread(operator, name, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"} | head)
         await c.wait(job_id, st.JOB_STATE_RUNNING, timeout=30)
         await asyncio.to_thread(operator, name, {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
         done = await c.wait(job_id, st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, timeout=30)
         assert done.state == st.JOB_STATE_SUCCEEDED
+        # The executor asked for the head pod's imageID; this API server has no Pods, so the
+        # provenance says why the digest is unresolved instead of staying empty.
+        digest = done.provenance.image_digest
+        assert digest.startswith(f"unresolved:read Pod {namespace}/{name}-head-x7k2p: "), digest
+        assert "serves no core/v1 Pods" in digest
 
         job_id = await _submit(c, lab, "exp", "--profile", "h100:8")
         pending = await c.wait(job_id, st.JOB_STATE_PENDING, timeout=60)

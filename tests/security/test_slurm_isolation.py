@@ -8,9 +8,9 @@ shared file system: all refused. Bob's job with the same capsule and dataset con
 and proves by digests that it got the original bytes.
 
 Jobs of different tenants are kept out of each other's attempt and out directories by the
-directories' owners (0700, the job's uid): that needs one Slurm user per tenant
-(docs/executors-slurm.md); the test cluster has a single job user, so this module proves the
-parts that do not depend on it.
+directories' owners (0700, the job's uid): that needs one Unix user per tenant (`slurm.tenants`,
+docs/executors-slurm.md), proven in test_slurm_tenants.py. This module proves the parts that do
+not depend on it, with every job running as the one job user.
 """
 
 from __future__ import annotations

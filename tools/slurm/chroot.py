@@ -38,6 +38,9 @@ RECIPE_VERSION = 1
 JOB_USER = "starforge"
 JOB_UID = 64101
 JOB_GID = 64101
+# Unix users of their own for two tenants (the executor's `tenants` mapping): jobs of one cannot
+# read or write the other's files. Added to every chroot when it is used, not only when built.
+TENANT_USERS = {"sf-tenant-a": 64102, "sf-tenant-b": 64103}
 
 _REQUIRED = (
     "usr/sbin/slurmctld",
@@ -124,16 +127,26 @@ def _mounted_under(path: pathlib.Path) -> list[str]:
     return points
 
 
-def _add_job_user(root: pathlib.Path) -> None:
-    """Add the job user to the chroot's passwd/group files (slurmd resolves job uids there)."""
+def _add_user(root: pathlib.Path, name: str, uid: int, gid: int, comment: str) -> None:
+    """Add a user (and its group) to the chroot's passwd/group files (slurmd resolves job uids there)."""
     passwd = root / "etc/passwd"
     group = root / "etc/group"
-    if f"\n{JOB_USER}:" not in "\n" + passwd.read_text():
+    if f"\n{name}:" not in "\n" + passwd.read_text():
         with passwd.open("a") as handle:
-            handle.write(f"{JOB_USER}:x:{JOB_UID}:{JOB_GID}:StarForge jobs:/tmp:/bin/sh\n")
-    if f"\n{JOB_USER}:" not in "\n" + group.read_text():
+            handle.write(f"{name}:x:{uid}:{gid}:{comment}:/tmp:/bin/sh\n")
+    if f"\n{name}:" not in "\n" + group.read_text():
         with group.open("a") as handle:
-            handle.write(f"{JOB_USER}:x:{JOB_GID}:\n")
+            handle.write(f"{name}:x:{gid}:\n")
+
+
+def _add_job_user(root: pathlib.Path) -> None:
+    _add_user(root, JOB_USER, JOB_UID, JOB_GID, "StarForge jobs")
+
+
+def add_tenant_users(root: pathlib.Path) -> None:
+    """The tenants' users (uid = gid), idempotent: chroots built before they existed get them too."""
+    for name, uid in TENANT_USERS.items():
+        _add_user(root, name, uid, uid, f"StarForge tenant {name}")
 
 
 def _build(path: pathlib.Path, mirror: str, log: Callable[[str], None]) -> float:
@@ -194,6 +207,7 @@ def ensure_chroot(
             if path.exists():
                 log(f"rebuilding the Slurm chroot: {problem}")
             seconds = _build(path, mirror or os.environ.get("STARFORGE_DEBIAN_MIRROR", DEFAULT_MIRROR), log)
+        add_tenant_users(path)
         return Chroot(
             path=path, slurm_version=slurm_version(path), built_now=problem is not None, build_seconds=seconds
         )

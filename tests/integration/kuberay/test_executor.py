@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
+import time
 
 import pytest
 import yaml
@@ -257,3 +258,30 @@ async def test_bad_kubeconfig_is_unavailable(
         path.write_text(content)
     with pytest.raises(errors.Unavailable, match=match):
         await KubeRayExecutor.create(dataclasses.replace(kube_config, kubeconfig=str(path)))
+
+
+async def test_the_image_digest_is_read_from_the_head_pod(executor: KubeRayExecutor, operator: Operator) -> None:
+    """This API server has no Pods (no kubelet, no core API): the executor asks for the head pod
+    KubeRay names in the status, and says why the digest is unresolved instead of leaving it empty.
+    (The pod's imageID itself is parsed in tests/unit/kuberay/test_images.py.)"""
+    req = request()
+    launched = await executor.launch(req)
+    assert launched.image_digest == ""  # not known before the head pod runs
+    name = names.rayjob_name(req.attempt_id)
+    operator.status(name, jobDeploymentStatus="Running", jobStatus="RUNNING")
+    obs, _ = await wait_state(executor, req.attempt_id, st.JOB_STATE_RUNNING)
+    assert obs.image_digest == ""  # no head pod named yet: nothing to ask
+    head = f"{name}-head-x7k2p"
+    operator.status(name, rayClusterStatus={"head": {"podName": head}})
+    deadline = time.monotonic() + 10
+    while True:  # until the watch has delivered the status naming the head pod
+        (obs,) = await executor.observe([req.attempt_id])
+        if obs.image_digest or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert obs.state == st.JOB_STATE_RUNNING
+    assert obs.image_digest.startswith(f"unresolved:read Pod {operator.namespace}/{head}: "), obs.image_digest
+    assert "serves no core/v1 Pods" in obs.image_digest
+    operator.status(name, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
+    obs, _ = await wait_state(executor, req.attempt_id, st.JOB_STATE_SUCCEEDED)
+    assert obs.image_digest.startswith("unresolved:")

@@ -24,7 +24,13 @@ from common.config import build_dataclass
 from executor_svc.slurm import SlurmConfig, SlurmExecutor
 from tests.integration.backends.slurm import ClusterInfo
 from tests.integration.blob_server import BlobServer, blob_server
+from tools.slurm import chroot as slurm_chroot
+from tools.slurm import cluster as slurm_cluster_tool
 from tools.slurm import ray as slurm_ray_install
+
+# StarForge owners of the tenant tests -> the chroot's tenant users (tools/slurm/chroot.py).
+TENANT_A, TENANT_B = sorted(slurm_chroot.TENANT_USERS)
+TENANTS = {"alice": TENANT_A, "bob": TENANT_B}
 
 
 def slurm_section(info: ClusterInfo, root: pathlib.Path, **overrides: Any) -> dict[str, Any]:
@@ -54,6 +60,26 @@ def slurm_section(info: ClusterInfo, root: pathlib.Path, **overrides: Any) -> di
     }
     section.update(overrides)
     return section
+
+
+def tenant_section(info: ClusterInfo, root: pathlib.Path, **tenants: Any) -> dict[str, Any]:
+    """`slurm_section` with `tenants` (alice and bob mapped to the chroot's two tenant users):
+    submitting as root (SlurmUser), each job as its owner's Unix user, uids from slurmctld."""
+    section = slurm_section(info, root, user="root", token=slurm_cluster_tool.token(info.run_dir, "root"))
+    del section["job_uid"], section["job_gid"]
+    section["tenants"] = {"users": dict(TENANTS)} | tenants
+    return section
+
+
+@pytest.fixture
+async def slurm_tenant_executor(slurm_cluster: ClusterInfo, slurm_root: pathlib.Path) -> AsyncIterator[SlurmExecutor]:
+    """An executor whose jobs run as their owner's Unix user (`tenant_section`)."""
+    ex = await SlurmExecutor.create(make_config(tenant_section(slurm_cluster, slurm_root)))
+    try:
+        yield ex
+    finally:
+        await cancel_everything(ex)
+        await ex.close()
 
 
 def make_config(section: dict[str, Any]) -> SlurmConfig:

@@ -17,6 +17,7 @@ from starforge.job.v1 import job_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from control.config import InventoryConfig
+from executor_svc.slurm.images import NO_CONTAINER
 from tests.integration.backends.slurm import ClusterInfo
 from tests.integration.console import Console, console
 
@@ -83,6 +84,8 @@ async def test_sf_submit_runs_on_slurm_and_its_logs_reach_the_console(
         attempt = done.attempts[-1]
         assert attempt.fleet == "slurm"
         assert attempt.backend_handle.isdigit(), attempt  # the Slurm job id
+        # No container on this fleet: the provenance says so instead of leaving the digest empty.
+        assert done.provenance.image_digest == NO_CONTAINER, done.provenance
         lines = await c.logs(job_id)
         hello = [ln for ln in lines if ln.startswith("hello from train.sh on ")]
         assert hello, f"{lines}" + diagnose(c, done)

@@ -28,15 +28,15 @@ from starforge.job.v1 import artifact_pb2 as starforge_dot_job_dot_v1_dot_artifa
 from starforge.job.v1 import job_state_pb2 as starforge_dot_job_dot_v1_dot_job__state__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,starforge/executor/v1/executor_service.proto\x12\x15starforge.executor.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a*starforge/executor/v1/launch_request.proto\x1a\x1fstarforge/job/v1/artifact.proto\x1a starforge/job/v1/job_state.proto\"\x80\x01\n\x0fSeriesInventory\x12\x16\n\x06series\x18\x01 \x01(\tR\x06series\x12\x14\n\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\"\n\rgpus_per_node\x18\x03 \x01(\x05R\x0bgpusPerNode\x12\x1b\n\tfree_gpus\x18\x04 \x01(\x05R\x08\x66reeGpus\"\x1d\n\x1b\x44\x65scribeCapabilitiesRequest\"\xfb\x01\n\x1c\x44\x65scribeCapabilitiesResponse\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12M\n\x0c\x63\x61pabilities\x18\x02 \x03(\x0e\x32).starforge.executor.v1.ExecutorCapabilityR\x0c\x63\x61pabilities\x12\x44\n\tinventory\x18\x03 \x03(\x0b\x32&.starforge.executor.v1.SeriesInventoryR\tinventory\x12\x18\n\x07runtime\x18\x04 \x01(\tR\x07runtime\x12\x18\n\x07version\x18\x05 \x01(\tR\x07version\"\xb2\x01\n\x0eLaunchResponse\x12%\n\x0e\x62\x61\x63kend_handle\x18\x01 \x01(\tR\rbackendHandle\x12)\n\x10\x61lready_launched\x18\x02 \x01(\x08R\x0f\x61lreadyLaunched\x12\x12\n\x04node\x18\x03 \x01(\tR\x04node\x12!\n\x0cimage_digest\x18\x04 \x01(\tR\x0bimageDigest\x12\x17\n\x07out_dir\x18\x05 \x01(\tR\x06outDir\"1\n\x0eObserveRequest\x12\x1f\n\x0b\x61ttempt_ids\x18\x01 \x03(\tR\nattemptIds\"\xd2\x03\n\x0bObservation\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x30\n\x05state\x18\x02 \x01(\x0e\x32\x1a.starforge.job.v1.JobStateR\x05state\x12\x1b\n\tnot_found\x18\x03 \x01(\x08R\x08notFound\x12 \n\texit_code\x18\x04 \x01(\x05H\x00R\x08\x65xitCode\x88\x01\x01\x12\x18\n\x07message\x18\x05 \x01(\tR\x07message\x12\x19\n\x08log_tail\x18\x06 \x03(\tR\x07logTail\x12%\n\x0e\x62\x61\x63kend_handle\x18\x07 \x01(\tR\rbackendHandle\x12\x12\n\x04node\x18\x08 \x01(\tR\x04node\x12\x39\n\nstart_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tstartTime\x12\x35\n\x08\x65nd_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07\x65ndTime\x12\x43\n\rfailure_class\x18\x0b \x01(\x0e\x32\x1e.starforge.job.v1.FailureClassR\x0c\x66\x61ilureClassB\x0c\n\n_exit_code\"Y\n\x0fObserveResponse\x12\x46\n\x0cobservations\x18\x01 \x03(\x0b\x32\".starforge.executor.v1.ObservationR\x0cobservations\"Q\n\x0bStopRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12#\n\rgrace_seconds\x18\x02 \x01(\x05R\x0cgraceSeconds\"(\n\x0cStopResponse\x12\x18\n\x07stopped\x18\x01 \x01(\x08R\x07stopped\"/\n\x0e\x43leanupRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\"+\n\x0f\x43leanupResponse\x12\x18\n\x07removed\x18\x01 \x01(\x05R\x07removed\"\x15\n\x13ListAttemptsRequest\"^\n\x14ListAttemptsResponse\x12\x46\n\x0cobservations\x18\x01 \x03(\x0b\x32\".starforge.executor.v1.ObservationR\x0cobservations\"\x9e\x01\n\x14ListArtifactsRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x17\n\x07out_key\x18\x02 \x01(\tR\x06outKey\x12\x12\n\x04node\x18\x03 \x01(\tR\x04node\x12\x1b\n\tpage_size\x18\x04 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x05 \x01(\tR\tpageToken\"y\n\x15ListArtifactsResponse\x12\x38\n\tartifacts\x18\x01 \x03(\x0b\x32\x1a.starforge.job.v1.ArtifactR\tartifacts\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x01\n\x13ReadArtifactRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x17\n\x07out_key\x18\x02 \x01(\tR\x06outKey\x12\x12\n\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n\x04path\x18\x04 \x01(\tR\x04path\x12\x16\n\x06offset\x18\x05 \x01(\x03R\x06offset\"V\n\x14ReadArtifactResponse\x12\x16\n\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size*\x81\x02\n\x12\x45xecutorCapability\x12#\n\x1f\x45XECUTOR_CAPABILITY_UNSPECIFIED\x10\x00\x12\"\n\x1e\x45XECUTOR_CAPABILITY_MULTI_POOL\x10\x01\x12\x1d\n\x19\x45XECUTOR_CAPABILITY_PAUSE\x10\x02\x12\x1c\n\x18\x45XECUTOR_CAPABILITY_GPUS\x10\x03\x12\"\n\x1e\x45XECUTOR_CAPABILITY_MULTI_NODE\x10\x04\x12\x1e\n\x1a\x45XECUTOR_CAPABILITY_IMAGES\x10\x05\x12!\n\x1d\x45XECUTOR_CAPABILITY_ARTIFACTS\x10\x06\x32\xae\x06\n\x0f\x45xecutorService\x12\x7f\n\x14\x44\x65scribeCapabilities\x12\x32.starforge.executor.v1.DescribeCapabilitiesRequest\x1a\x33.starforge.executor.v1.DescribeCapabilitiesResponse\x12U\n\x06Launch\x12$.starforge.executor.v1.LaunchRequest\x1a%.starforge.executor.v1.LaunchResponse\x12X\n\x07Observe\x12%.starforge.executor.v1.ObserveRequest\x1a&.starforge.executor.v1.ObserveResponse\x12O\n\x04Stop\x12\".starforge.executor.v1.StopRequest\x1a#.starforge.executor.v1.StopResponse\x12X\n\x07\x43leanup\x12%.starforge.executor.v1.CleanupRequest\x1a&.starforge.executor.v1.CleanupResponse\x12g\n\x0cListAttempts\x12*.starforge.executor.v1.ListAttemptsRequest\x1a+.starforge.executor.v1.ListAttemptsResponse\x12j\n\rListArtifacts\x12+.starforge.executor.v1.ListArtifactsRequest\x1a,.starforge.executor.v1.ListArtifactsResponse\x12i\n\x0cReadArtifact\x12*.starforge.executor.v1.ReadArtifactRequest\x1a+.starforge.executor.v1.ReadArtifactResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,starforge/executor/v1/executor_service.proto\x12\x15starforge.executor.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a*starforge/executor/v1/launch_request.proto\x1a\x1fstarforge/job/v1/artifact.proto\x1a starforge/job/v1/job_state.proto\"\x80\x01\n\x0fSeriesInventory\x12\x16\n\x06series\x18\x01 \x01(\tR\x06series\x12\x14\n\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\"\n\rgpus_per_node\x18\x03 \x01(\x05R\x0bgpusPerNode\x12\x1b\n\tfree_gpus\x18\x04 \x01(\x05R\x08\x66reeGpus\"\x1d\n\x1b\x44\x65scribeCapabilitiesRequest\"\xfb\x01\n\x1c\x44\x65scribeCapabilitiesResponse\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12M\n\x0c\x63\x61pabilities\x18\x02 \x03(\x0e\x32).starforge.executor.v1.ExecutorCapabilityR\x0c\x63\x61pabilities\x12\x44\n\tinventory\x18\x03 \x03(\x0b\x32&.starforge.executor.v1.SeriesInventoryR\tinventory\x12\x18\n\x07runtime\x18\x04 \x01(\tR\x07runtime\x12\x18\n\x07version\x18\x05 \x01(\tR\x07version\"\xb2\x01\n\x0eLaunchResponse\x12%\n\x0e\x62\x61\x63kend_handle\x18\x01 \x01(\tR\rbackendHandle\x12)\n\x10\x61lready_launched\x18\x02 \x01(\x08R\x0f\x61lreadyLaunched\x12\x12\n\x04node\x18\x03 \x01(\tR\x04node\x12!\n\x0cimage_digest\x18\x04 \x01(\tR\x0bimageDigest\x12\x17\n\x07out_dir\x18\x05 \x01(\tR\x06outDir\"1\n\x0eObserveRequest\x12\x1f\n\x0b\x61ttempt_ids\x18\x01 \x03(\tR\nattemptIds\"\xf5\x03\n\x0bObservation\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x30\n\x05state\x18\x02 \x01(\x0e\x32\x1a.starforge.job.v1.JobStateR\x05state\x12\x1b\n\tnot_found\x18\x03 \x01(\x08R\x08notFound\x12 \n\texit_code\x18\x04 \x01(\x05H\x00R\x08\x65xitCode\x88\x01\x01\x12\x18\n\x07message\x18\x05 \x01(\tR\x07message\x12\x19\n\x08log_tail\x18\x06 \x03(\tR\x07logTail\x12%\n\x0e\x62\x61\x63kend_handle\x18\x07 \x01(\tR\rbackendHandle\x12\x12\n\x04node\x18\x08 \x01(\tR\x04node\x12\x39\n\nstart_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tstartTime\x12\x35\n\x08\x65nd_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x07\x65ndTime\x12\x43\n\rfailure_class\x18\x0b \x01(\x0e\x32\x1e.starforge.job.v1.FailureClassR\x0c\x66\x61ilureClass\x12!\n\x0cimage_digest\x18\x0c \x01(\tR\x0bimageDigestB\x0c\n\n_exit_code\"Y\n\x0fObserveResponse\x12\x46\n\x0cobservations\x18\x01 \x03(\x0b\x32\".starforge.executor.v1.ObservationR\x0cobservations\"Q\n\x0bStopRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12#\n\rgrace_seconds\x18\x02 \x01(\x05R\x0cgraceSeconds\"(\n\x0cStopResponse\x12\x18\n\x07stopped\x18\x01 \x01(\x08R\x07stopped\"/\n\x0e\x43leanupRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\"+\n\x0f\x43leanupResponse\x12\x18\n\x07removed\x18\x01 \x01(\x05R\x07removed\"\x15\n\x13ListAttemptsRequest\"^\n\x14ListAttemptsResponse\x12\x46\n\x0cobservations\x18\x01 \x03(\x0b\x32\".starforge.executor.v1.ObservationR\x0cobservations\"\x9e\x01\n\x14ListArtifactsRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x17\n\x07out_key\x18\x02 \x01(\tR\x06outKey\x12\x12\n\x04node\x18\x03 \x01(\tR\x04node\x12\x1b\n\tpage_size\x18\x04 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x05 \x01(\tR\tpageToken\"y\n\x15ListArtifactsResponse\x12\x38\n\tartifacts\x18\x01 \x03(\x0b\x32\x1a.starforge.job.v1.ArtifactR\tartifacts\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x01\n\x13ReadArtifactRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x17\n\x07out_key\x18\x02 \x01(\tR\x06outKey\x12\x12\n\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n\x04path\x18\x04 \x01(\tR\x04path\x12\x16\n\x06offset\x18\x05 \x01(\x03R\x06offset\"V\n\x14ReadArtifactResponse\x12\x16\n\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size*\x81\x02\n\x12\x45xecutorCapability\x12#\n\x1f\x45XECUTOR_CAPABILITY_UNSPECIFIED\x10\x00\x12\"\n\x1e\x45XECUTOR_CAPABILITY_MULTI_POOL\x10\x01\x12\x1d\n\x19\x45XECUTOR_CAPABILITY_PAUSE\x10\x02\x12\x1c\n\x18\x45XECUTOR_CAPABILITY_GPUS\x10\x03\x12\"\n\x1e\x45XECUTOR_CAPABILITY_MULTI_NODE\x10\x04\x12\x1e\n\x1a\x45XECUTOR_CAPABILITY_IMAGES\x10\x05\x12!\n\x1d\x45XECUTOR_CAPABILITY_ARTIFACTS\x10\x06\x32\xae\x06\n\x0f\x45xecutorService\x12\x7f\n\x14\x44\x65scribeCapabilities\x12\x32.starforge.executor.v1.DescribeCapabilitiesRequest\x1a\x33.starforge.executor.v1.DescribeCapabilitiesResponse\x12U\n\x06Launch\x12$.starforge.executor.v1.LaunchRequest\x1a%.starforge.executor.v1.LaunchResponse\x12X\n\x07Observe\x12%.starforge.executor.v1.ObserveRequest\x1a&.starforge.executor.v1.ObserveResponse\x12O\n\x04Stop\x12\".starforge.executor.v1.StopRequest\x1a#.starforge.executor.v1.StopResponse\x12X\n\x07\x43leanup\x12%.starforge.executor.v1.CleanupRequest\x1a&.starforge.executor.v1.CleanupResponse\x12g\n\x0cListAttempts\x12*.starforge.executor.v1.ListAttemptsRequest\x1a+.starforge.executor.v1.ListAttemptsResponse\x12j\n\rListArtifacts\x12+.starforge.executor.v1.ListArtifactsRequest\x1a,.starforge.executor.v1.ListArtifactsResponse\x12i\n\x0cReadArtifact\x12*.starforge.executor.v1.ReadArtifactRequest\x1a+.starforge.executor.v1.ReadArtifactResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'starforge.executor.v1.executor_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXECUTORCAPABILITY']._serialized_start=2278
-  _globals['_EXECUTORCAPABILITY']._serialized_end=2535
+  _globals['_EXECUTORCAPABILITY']._serialized_start=2313
+  _globals['_EXECUTORCAPABILITY']._serialized_end=2570
   _globals['_SERIESINVENTORY']._serialized_start=216
   _globals['_SERIESINVENTORY']._serialized_end=344
   _globals['_DESCRIBECAPABILITIESREQUEST']._serialized_start=346
@@ -48,29 +48,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OBSERVEREQUEST']._serialized_start=812
   _globals['_OBSERVEREQUEST']._serialized_end=861
   _globals['_OBSERVATION']._serialized_start=864
-  _globals['_OBSERVATION']._serialized_end=1330
-  _globals['_OBSERVERESPONSE']._serialized_start=1332
-  _globals['_OBSERVERESPONSE']._serialized_end=1421
-  _globals['_STOPREQUEST']._serialized_start=1423
-  _globals['_STOPREQUEST']._serialized_end=1504
-  _globals['_STOPRESPONSE']._serialized_start=1506
-  _globals['_STOPRESPONSE']._serialized_end=1546
-  _globals['_CLEANUPREQUEST']._serialized_start=1548
-  _globals['_CLEANUPREQUEST']._serialized_end=1595
-  _globals['_CLEANUPRESPONSE']._serialized_start=1597
-  _globals['_CLEANUPRESPONSE']._serialized_end=1640
-  _globals['_LISTATTEMPTSREQUEST']._serialized_start=1642
-  _globals['_LISTATTEMPTSREQUEST']._serialized_end=1663
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=1665
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=1759
-  _globals['_LISTARTIFACTSREQUEST']._serialized_start=1762
-  _globals['_LISTARTIFACTSREQUEST']._serialized_end=1920
-  _globals['_LISTARTIFACTSRESPONSE']._serialized_start=1922
-  _globals['_LISTARTIFACTSRESPONSE']._serialized_end=2043
-  _globals['_READARTIFACTREQUEST']._serialized_start=2046
-  _globals['_READARTIFACTREQUEST']._serialized_end=2187
-  _globals['_READARTIFACTRESPONSE']._serialized_start=2189
-  _globals['_READARTIFACTRESPONSE']._serialized_end=2275
-  _globals['_EXECUTORSERVICE']._serialized_start=2538
-  _globals['_EXECUTORSERVICE']._serialized_end=3352
+  _globals['_OBSERVATION']._serialized_end=1365
+  _globals['_OBSERVERESPONSE']._serialized_start=1367
+  _globals['_OBSERVERESPONSE']._serialized_end=1456
+  _globals['_STOPREQUEST']._serialized_start=1458
+  _globals['_STOPREQUEST']._serialized_end=1539
+  _globals['_STOPRESPONSE']._serialized_start=1541
+  _globals['_STOPRESPONSE']._serialized_end=1581
+  _globals['_CLEANUPREQUEST']._serialized_start=1583
+  _globals['_CLEANUPREQUEST']._serialized_end=1630
+  _globals['_CLEANUPRESPONSE']._serialized_start=1632
+  _globals['_CLEANUPRESPONSE']._serialized_end=1675
+  _globals['_LISTATTEMPTSREQUEST']._serialized_start=1677
+  _globals['_LISTATTEMPTSREQUEST']._serialized_end=1698
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=1700
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=1794
+  _globals['_LISTARTIFACTSREQUEST']._serialized_start=1797
+  _globals['_LISTARTIFACTSREQUEST']._serialized_end=1955
+  _globals['_LISTARTIFACTSRESPONSE']._serialized_start=1957
+  _globals['_LISTARTIFACTSRESPONSE']._serialized_end=2078
+  _globals['_READARTIFACTREQUEST']._serialized_start=2081
+  _globals['_READARTIFACTREQUEST']._serialized_end=2222
+  _globals['_READARTIFACTRESPONSE']._serialized_start=2224
+  _globals['_READARTIFACTRESPONSE']._serialized_end=2310
+  _globals['_EXECUTORSERVICE']._serialized_start=2573
+  _globals['_EXECUTORSERVICE']._serialized_end=3387
 # @@protoc_insertion_point(module_scope)

@@ -81,7 +81,7 @@ class ObserveRequest(_message.Message):
     def __init__(self, attempt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("attempt_id", "state", "not_found", "exit_code", "message", "log_tail", "backend_handle", "node", "start_time", "end_time", "failure_class")
+    __slots__ = ("attempt_id", "state", "not_found", "exit_code", "message", "log_tail", "backend_handle", "node", "start_time", "end_time", "failure_class", "image_digest")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     NOT_FOUND_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class Observation(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     FAILURE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     state: _job_state_pb2.JobState
     not_found: bool
@@ -104,7 +105,8 @@ class Observation(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
     failure_class: _job_state_pb2.FailureClass
-    def __init__(self, attempt_id: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., not_found: _Optional[bool] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., log_tail: _Optional[_Iterable[str]] = ..., backend_handle: _Optional[str] = ..., node: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_class: _Optional[_Union[_job_state_pb2.FailureClass, str]] = ...) -> None: ...
+    image_digest: str
+    def __init__(self, attempt_id: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., not_found: _Optional[bool] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., log_tail: _Optional[_Iterable[str]] = ..., backend_handle: _Optional[str] = ..., node: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_class: _Optional[_Union[_job_state_pb2.FailureClass, str]] = ..., image_digest: _Optional[str] = ...) -> None: ...
 
 class ObserveResponse(_message.Message):
     __slots__ = ("observations",)

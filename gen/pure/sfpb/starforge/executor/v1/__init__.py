@@ -822,6 +822,13 @@ class Observation(betterproto2.Message):
     image pull failure).
     """
 
+    image_digest: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    Digest of the image the attempt runs ("sha256:..."), when the executor learns it only once the
+    attempt runs (kuberay: the head pod's imageID); empty when unknown. The control plane records
+    it in the job's provenance when Launch gave none.
+    """
+
 
 default_message_pool.register_message("starforge.executor.v1", "Observation", Observation)
 
