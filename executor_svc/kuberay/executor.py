@@ -30,8 +30,10 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.base import (
+    LABEL_EXECUTOR,
     LABEL_MANAGED,
     MANAGED_BY,
+    RUNTIME_RAY,
     Capabilities,
     Executor,
     LaunchResult,
@@ -61,7 +63,7 @@ class KubeRayExecutor(Executor):
     def __init__(self, cfg: KubeRayConfig, kube: KubeApi) -> None:
         self.cfg = cfg
         self.kube = kube
-        self.selector = f"{LABEL_MANAGED}={MANAGED_BY},{builder.LABEL_EXECUTOR}={cfg.executor_name}"
+        self.selector = f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_EXECUTOR}={cfg.executor_name}"
         self.watch = RayJobWatch(kube, self.selector, cfg.watch_timeout_seconds)
         self._ended: collections.OrderedDict[str, Observation] = collections.OrderedDict()
 
@@ -146,7 +148,7 @@ class KubeRayExecutor(Executor):
             caps.add(ex_pb.EXECUTOR_CAPABILITY_PAUSE)
         return Capabilities(
             kind=self.kind,
-            runtime="ray",
+            runtime=RUNTIME_RAY,
             capabilities=frozenset(caps),
             inventory=tuple(
                 SeriesInventory(s.series, s.nodes, s.gpus_per_node, max(0, s.nodes * s.gpus_per_node - used[s.series]))

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from common.config import ConfigError
+from executor_svc.base import RUNTIME_APPTAINER, RUNTIME_ENROOT, RUNTIME_HOST
 
 CONTAINER_RUNTIMES = ("none", "pyxis", "apptainer")
 # DescribeCapabilities.runtime per container_runtime. "host" for bare runs: the control plane
 # sends image "host" jobs only to fleets whose runtime is "process" or "host".
-RUNTIME_NAMES = {"none": "host", "pyxis": "enroot", "apptainer": "apptainer"}
+RUNTIME_NAMES = {"none": RUNTIME_HOST, "pyxis": RUNTIME_ENROOT, "apptainer": RUNTIME_APPTAINER}
 RAY_NODE_IP = ("auto", "loopback")
 _GRES_PART = re.compile(r"^[a-z][a-z0-9_]*$")
 _GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")

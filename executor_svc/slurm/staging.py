@@ -20,16 +20,14 @@ executor answer for attempts whose job slurmctld already forgot. It is written a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from executor_svc.attempt_dirs import AttemptDirs as BaseAttemptDirs
-from executor_svc.attempt_dirs import check_id
+from executor_svc.plumbing.records import AttemptTree, JsonRecord
 from executor_svc.slurm.script import OUTCOME_FILE, STARTED_FILE
 
 LOG_TAIL_LINES = 50
@@ -55,32 +53,24 @@ class AttemptDirs(BaseAttemptDirs):
     def outcome(self) -> Path:
         return self.root / OUTCOME_FILE
 
-    def removable(self) -> tuple[Path, ...]:
-        """What Cleanup removes (record, script, log and markers stay readable)."""
-        return (self.capsule, self.datasets, self.workspace, self.scratch)
-
 
 @dataclass(frozen=True)
-class Layout:
+class Layout(AttemptTree[AttemptDirs]):
     staging_dir: Path
-    out_root: Path
+    out_root_dir: Path
+    dirs_class = AttemptDirs
 
-    def attempt(self, attempt_id: str) -> AttemptDirs:
-        return AttemptDirs(self.staging_dir / check_id(attempt_id, "attempt_id"))
+    @property
+    def attempts_root(self) -> Path:
+        return self.staging_dir
 
-    def out_dir(self, job_id: str) -> Path:
-        return self.out_root / check_id(job_id, "job_id")
-
-    def attempt_ids(self) -> list[str]:
-        """Attempts with a record (submitted at least once), sorted."""
-        try:
-            return sorted(p.parent.name for p in self.staging_dir.glob("*/attempt.json"))
-        except FileNotFoundError:
-            return []
+    @property
+    def out_root(self) -> Path:
+        return self.out_root_dir
 
 
 @dataclass
-class AttemptRecord:
+class AttemptRecord(JsonRecord):
     """What the executor remembers about an attempt (attempt.json)."""
 
     attempt_id: str
@@ -93,21 +83,6 @@ class AttemptRecord:
     image: str = ""
     stop_requested_at: float | None = None
     cleaned_at: float | None = None
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True))
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: Path) -> AttemptRecord | None:
-        """The record at `path`, or None when there is none (or it is unreadable)."""
-        try:
-            data = json.loads(path.read_text())
-        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-            return None
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True)
