@@ -43,13 +43,35 @@ from executor_svc.local.inventory import GpuPool
 from executor_svc.local.process_runtime import ProcessRuntime
 from executor_svc.local.records import AttemptDirs, AttemptRecord, Layout
 from executor_svc.local.runtime import Runtime, RuntimeState, StartSpec
+from executor_svc.plumbing import states
 from executor_svc.plumbing.failures import PRECHECK_EXIT_CODES, shows_oom
 from executor_svc.plumbing.locks import AttemptLocks
 from executor_svc.plumbing.materialize import materialize_attempt, remove_attempt_root
+from executor_svc.plumbing.states import LedgerState, look_up
 
 log = logging.getLogger("starforge.executor.local")
 
 VERSION = "0.1.0"
+
+
+# What a runtime sees, reduced to a phase (_phase) -> the ledger's state; FAILED is classed in _map.
+LOCAL_STATES: dict[str, LedgerState] = {
+    "running": states.RUNNING,
+    "created": states.PENDING,
+    "stopped": states.STOPPED,  # ended after a Stop, whatever its exit code
+    "exited 0": states.SUCCEEDED,
+    "exited": states.failed(st.FAILURE_CLASS_UNSPECIFIED),
+}
+
+
+def _phase(record: AttemptRecord, state: RuntimeState) -> str:
+    if state.running:
+        return "running"
+    if state.pending:
+        return "created"
+    if record.stop_requested_at is not None:
+        return "stopped"
+    return "exited 0" if state.exit_code == 0 else "exited"
 
 
 def executor_id(state_dir: str) -> str:
@@ -279,19 +301,10 @@ class LocalExecutor(Executor):
 
     def _map(self, record: AttemptRecord, state: RuntimeState, tail: list[str]) -> Observation:
         """What the runtime sees -> the ledger's state, the same for every runtime."""
-        stopped = record.stop_requested_at is not None
-        failure = st.FAILURE_CLASS_UNSPECIFIED
+        entry = look_up(LOCAL_STATES, _phase(record, state), "local runtime phase")
+        job_state, failure = entry.state, entry.failure_class
         message = state.raw
-        if state.running:
-            job_state = st.JOB_STATE_RUNNING
-        elif state.pending:
-            job_state = st.JOB_STATE_PENDING
-        elif stopped:
-            job_state = st.JOB_STATE_STOPPED
-        elif state.exit_code == 0:
-            job_state = st.JOB_STATE_SUCCEEDED
-        else:
-            job_state = st.JOB_STATE_FAILED
+        if job_state == st.JOB_STATE_FAILED:
             if state.exit_code is None:
                 failure = st.FAILURE_CLASS_INFRA
                 message = "never started" if not record.handle else f"{state.raw}; the attempt vanished"

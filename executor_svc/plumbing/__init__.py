@@ -7,6 +7,7 @@
 - `pools`: a request's pools checked against what a kind can ever run.
 - `paths`: the one rule for relative paths in manifests.
 - `failures`: exit codes and log evidence that class a failed attempt.
+- `states`: backend state -> ledger state, as a table per kind in one style.
 
-Standard library plus `common` and `executor_svc.bundle` only, so no kind pulls in another's SDK.
+Standard library, protobuf messages, `common` and `executor_svc.bundle` only, so no kind pulls in another's SDK.
 """

@@ -12,10 +12,15 @@ from starforge.job.v1 import job_spec_pb2 as spec_pb
 
 from common import errors
 from executor_svc.kuberay import fetch
+from executor_svc.kuberay.states import RAY_JOB_STATES
+from executor_svc.local.executor import LOCAL_STATES
 from executor_svc.plumbing.locks import AttemptLocks
 from executor_svc.plumbing.paths import check_relative_path, relative_path_problem
 from executor_svc.plumbing.pools import PoolRules, Shape, check_pools
 from executor_svc.plumbing.records import JsonRecord
+from executor_svc.plumbing.states import SUCCEEDED, look_up
+from executor_svc.slurm.models import BASE_STATES
+from executor_svc.slurm.states import SLURM_STATES
 
 PATHS = {
     "a.txt": "",
@@ -136,3 +141,11 @@ def test_records_round_trip_and_tolerate_junk(tmp_path: Path) -> None:
     for junk in ("{", "[]", '{"slurm_job_id": 7}'):
         path.write_text(junk)
         assert Record.load(path) is None
+
+
+def test_every_slurm_base_state_has_a_row_and_unknown_keys_are_errors() -> None:
+    assert set(SLURM_STATES) == BASE_STATES
+    assert set(RAY_JOB_STATES) == {"SUCCEEDED", "STOPPED", "FAILED"}
+    assert look_up(LOCAL_STATES, "exited 0", "phase") == SUCCEEDED
+    with pytest.raises(ValueError, match="unknown local runtime phase 'zombie'"):
+        look_up(LOCAL_STATES, "zombie", "local runtime phase")
