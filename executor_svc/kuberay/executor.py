@@ -258,8 +258,11 @@ class KubeRayExecutor(Executor):
                 )
             if not _deleting(obj):
                 final = self._observation(obj)
-                if await asyncio.to_thread(self.kube.delete_rayjob, obj["metadata"]["name"]) is not None:
+                deleted = await asyncio.to_thread(self.kube.delete_rayjob, obj["metadata"]["name"])
+                if deleted is not None:
                     removed += 1
+                    if deleted.get("metadata"):  # the watch's view may lag: a second Cleanup sees it deleting
+                        self.watch.offer(deleted)
                     if attempt_id not in self._ended:
                         self._remember(dataclasses.replace(final, message=final.message + " (cleaned up)"))
         if self.cfg.use_secret_for_token:
