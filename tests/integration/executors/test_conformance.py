@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 from starforge.executor.v1 import executor_service_pb2 as ex_pb
@@ -30,6 +32,8 @@ from tests.integration.executors.conformance_kinds import (
     agent_harness,
 )
 from tests.integration.executors.launch_requests import wait_for
+
+T = TypeVar("T")
 
 KINDS = [
     pytest.param("local-process", id="local-process"),
@@ -170,11 +174,26 @@ async def test_observe_after_a_backend_restart(kind: KindHarness) -> None:
     launched = await kind.ex.launch(req)
     await kind.until_running(req.attempt_id)
     await kind.restart_backend()
-    obs = await wait_for(kind.ex, req.attempt_id, st.JOB_STATE_RUNNING, timeout=RUN_TIMEOUT)
+    # A backend just back may still refuse for a moment (the API server answers 429/503 until it is
+    # ready): the executor says Unavailable then, as the contract asks, and answers once it is back.
+    obs = await once_back(lambda: wait_for(kind.ex, req.attempt_id, st.JOB_STATE_RUNNING, timeout=RUN_TIMEOUT))
     assert obs.backend_handle == launched.backend_handle
-    assert req.attempt_id in {o.attempt_id for o in await kind.ex.list_attempts()}
+    listed = await once_back(kind.ex.list_attempts)
+    assert req.attempt_id in {o.attempt_id for o in listed}
     ended = await kind.release(req, launched.out_dir)
     assert ended.state == st.JOB_STATE_SUCCEEDED, ended
+
+
+async def once_back(call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`, retried while the backend answers Unavailable (for at most RUN_TIMEOUT)."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while True:
+        try:
+            return await call()
+        except errors.Unavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def test_capabilities_are_honest(kind: KindHarness) -> None:
