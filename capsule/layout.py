@@ -27,6 +27,8 @@ from typing import Any
 from google.protobuf import json_format
 from starforge.executor.v1 import capsule_pb2
 
+from common.relpath import relative_path_problem
+
 SCHEMA = "starforge.capsule/v2"
 STAGES = {
     "": capsule_pb2.CAPSULE_STAGE_TRAIN,
@@ -77,11 +79,13 @@ class RunInfo:
 
 
 def check_path(path: str) -> str:
-    """A relative "/" path without "", ".", ".." parts or backslashes; ValueError otherwise."""
-    if not path or path.startswith("/") or "\\" in path or "\0" in path:
-        raise ValueError(f"capsule path {path!r} must be relative and use '/'")
-    if any(part in ("", ".", "..") for part in path.split("/")):
-        raise ValueError(f"capsule path {path!r} must not contain empty, '.' or '..' parts")
+    """`path` when it follows the relative-path rule (common/relpath.py); ValueError otherwise."""
+    problem = relative_path_problem(path)
+    if problem:
+        raise ValueError(
+            f"capsule path {path!r} {problem}: it must be relative, use '/' and must not contain "
+            "empty, '.' or '..' parts"
+        )
     return path
 
 

@@ -14,6 +14,8 @@ import pathlib
 import re
 from collections.abc import Callable
 
+from common.relpath import relative_path_problem
+
 # (glob on the file name, why it is refused)
 NAME_RULES: tuple[tuple[str, str], ...] = (
     (".env", "environment file, usually holds secrets"),
@@ -53,8 +55,6 @@ CONTENT_RULES: dict[str, tuple[re.Pattern[bytes], str]] = {
 }
 # The content rules read at most this much of a file (the CLI from disk, admission from a blob).
 CONTENT_LIMIT = 1 << 20
-# Longest file or folder name (one path component) file systems take (NAME_MAX).
-MAX_NAME_BYTES = 255
 
 
 def why_sensitive(
@@ -94,14 +94,10 @@ def all_rules() -> list[str]:
 
 
 def bad_path(path: str) -> str | None:
-    """Why a workspace path is unsafe, or None: relative, '/'-separated, no '..', no empty parts."""
-    if not path or path.startswith("/") or "\\" in path or "\x00" in path:
-        return "must be a relative '/'-separated path"
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        return "must not contain empty, '.' or '..' components"
+    """Why a workspace path is unsafe (the rule of common/relpath.py, and at most 1024 characters), or None."""
+    problem = relative_path_problem(path)
+    if problem:
+        return problem
     if len(path) > 1024:
         return "is longer than 1024 characters"
-    if any(len(p.encode()) > MAX_NAME_BYTES for p in parts):
-        return f"has a file or folder name longer than {MAX_NAME_BYTES} bytes"
     return None

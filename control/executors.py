@@ -55,6 +55,21 @@ class FleetStatus:
             )
         return ""
 
+    def refuse_pause(self, job_id: str) -> None:
+        """FailedPrecondition when this fleet's executor declared that it cannot pause.
+
+        PAUSE means FORGE_OUT_DIR outlives the attempt, so a resumed attempt finds the checkpoint;
+        on a fleet without it, pausing would throw the job's checkpoints away. A fleet not checked
+        yet is not refused here: the control plane has no answer to go by.
+        """
+        if self.ever_reachable and ex.EXECUTOR_CAPABILITY_PAUSE not in self.capabilities:
+            name = self.config.name
+            raise errors.FailedPrecondition(
+                f"job {job_id} runs on fleet {name} ({self.config.kind}), which cannot pause: its "
+                "checkpoints do not outlive the attempt; stop the job instead (`sf job stop`)",
+                precondition_violations=(errors.PreconditionViolation("FLEET", name, "no PAUSE capability"),),
+            )
+
 
 def _answered(e: grpc.aio.AioRpcError) -> bool:
     """The executor itself answered (its error carries StarForge details): it is reachable, what

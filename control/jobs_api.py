@@ -263,8 +263,10 @@ class JobsApi:
                 jobs.transition(s, job, sm.STOPPED, reason)
                 pipeline.on_end(s, job)
                 return job_proto(s, job), None
-            jobs.request(s, job, sm.STOP if what == "stop" else sm.PAUSE)
             attempt = jobs.current_attempt(s, job)
+            if what == "pause":
+                self._refuse_unpausable(job, attempt)
+            jobs.request(s, job, sm.STOP if what == "stop" else sm.PAUSE)
             if attempt is not None and attempt.state in sm.ACTIVE:
                 attempt.reason = reason
                 return job_proto(s, job), (attempt.id, attempt.fleet)
@@ -275,6 +277,13 @@ class JobsApi:
             self.ctx.stop_attempt(*target)
         self.ctx.notifier.notify(job.job_id, "reconcile", "schedule")
         return job
+
+    def _refuse_unpausable(self, job: m.Job, attempt: m.Attempt | None) -> None:
+        """FailedPrecondition when the fleet the job runs on (or is bound to) cannot pause."""
+        fleet = attempt.fleet if attempt is not None and attempt.fleet else job.fleet
+        status = self.ctx.executors.status.get(fleet) if fleet else None
+        if status is not None:
+            status.refuse_pause(job.id)
 
     async def requeue(self, principal: Principal, job_id: str, what: str) -> job_pb2.Job:
         """`resume` (PAUSED/STOPPED) or `retry` (FAILED): a new attempt of the same run."""

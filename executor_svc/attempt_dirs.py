@@ -60,3 +60,7 @@ class AttemptDirs:
     @property
     def record(self) -> Path:
         return self.root / "attempt.json"
+
+    def removable(self) -> tuple[Path, ...]:
+        """What Cleanup removes (the record and the kind's logs and markers stay readable)."""
+        return (self.capsule, self.datasets, self.workspace, self.scratch)

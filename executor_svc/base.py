@@ -4,7 +4,8 @@ Modelled on dstack's `Compute`: a small required core with the contract in docst
 optional capabilities declared rather than assumed. The gRPC servicer (`executor_svc.service`)
 only adapts protos to these calls.
 
-Shared semantics (tests in tests/integration/executors check them on every kind):
+Shared semantics (tests/integration/executors/test_conformance.py checks them on every kind, against
+its real backend; docs/executors.md says which restart each kind's test can make):
 - `launch` is idempotent per attempt id: launching an attempt that exists returns its handle with
   `already_launched=True` and starts nothing.
 - `stop` never fails because the attempt is already gone or never existed.
@@ -41,6 +42,17 @@ LABEL_JOB = "starforge.dev/job-id"
 LABEL_ATTEMPT = "starforge.dev/attempt-id"
 LABEL_MANAGED = "starforge.dev/managed-by"
 MANAGED_BY = "starforge"
+# Which executor instance owns a backend object: its configured name (kuberay, slurm) or a hash
+# of its state dir (local docker). Two executors on one backend never claim each other's objects.
+LABEL_EXECUTOR = "starforge.dev/executor"
+
+# Runtime names, as `describe` reports them and the control plane matches images against them.
+RUNTIME_PROCESS = "process"  # bootstrap.sh as a process on the host (local, agent)
+RUNTIME_DOCKER = "docker"  # one container per attempt (local, agent)
+RUNTIME_RAY = "ray"  # a RayJob on Kubernetes (kuberay)
+RUNTIME_HOST = "host"  # slurm, container_runtime none: on the nodes, bare
+RUNTIME_ENROOT = "enroot"  # slurm with pyxis
+RUNTIME_APPTAINER = "apptainer"  # slurm with apptainer
 
 
 def out_key(request: lr_pb.LaunchRequest) -> str:

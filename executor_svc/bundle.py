@@ -55,8 +55,8 @@ from common import errors
 from common.channel import aio_channel, bearer
 from common.hashing import is_digest
 from common.rpc_status import from_rpc_error
-from common.sensitive import MAX_NAME_BYTES
 from common.tls import ca_credentials
+from executor_svc.plumbing.paths import check_relative_path
 
 FETCH_CONCURRENCY = 8
 # Per-blob deadline: a fixed allowance plus the time the blob takes at a slow 10 MiB/s.
@@ -78,27 +78,6 @@ class _Entry:
     # False for the workspace: the job's working directory, which training code may edit in place,
     # so it always gets writable copies. Capsule and dataset files are read-only for the job.
     read_only: bool = True
-
-
-def check_relative_path(path: str, field: str) -> tuple[str, ...]:
-    """The components of a manifest path, or InvalidArgument when it could leave its root."""
-    reason = ""
-    if not path:
-        reason = "is empty"
-    elif path.startswith("/"):
-        reason = "is absolute"
-    elif "\\" in path or "\x00" in path:
-        reason = "contains a backslash or NUL"
-    elif any(p in ("", ".", "..") for p in path.split("/")):
-        reason = "has an empty, '.' or '..' component"
-    elif any(len(p.encode()) > MAX_NAME_BYTES for p in path.split("/")):
-        reason = f"has a component longer than {MAX_NAME_BYTES} bytes"  # no file system takes it
-    if reason:
-        raise errors.InvalidArgument(
-            f"file path {path[:200]!r} {reason}; paths must be relative, '/'-separated, without '..'",
-            field_violations=(errors.FieldViolation(field, reason),),
-        )
-    return tuple(path.split("/"))
 
 
 def _entries(

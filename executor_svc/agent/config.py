@@ -24,8 +24,9 @@ from pathlib import Path
 
 from common.config import ConfigError
 from common.tls import TlsConfig, check_dial
+from executor_svc.base import RUNTIME_DOCKER, RUNTIME_PROCESS
 
-RUNTIMES = ("docker", "process")
+RUNTIMES = (RUNTIME_DOCKER, RUNTIME_PROCESS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +43,7 @@ class AgentConfig:
     forgelet_token: str = ""
     forgelet_token_file: str = ""
     # What the fleet's forgelets run attempts in; decides the IMAGES capability.
-    runtime: str = "docker"
+    runtime: str = RUNTIME_DOCKER
     # The attempt -> node map lives here, so a restarted agent executor still routes its calls.
     state_dir: Path = Path(".state/executor-agent")
     # Deadline of one call to the registry or a forgelet.

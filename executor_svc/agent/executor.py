@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import math
 import time
-import weakref
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -38,6 +37,8 @@ from executor_svc.agent.clients import ForgeletClients, RegistryClient, observat
 from executor_svc.agent.config import AgentConfig
 from executor_svc.agent.state import Placement, PlacementBook
 from executor_svc.base import (
+    RUNTIME_DOCKER,
+    RUNTIME_PROCESS,
     Capabilities,
     Executor,
     LaunchResult,
@@ -47,6 +48,8 @@ from executor_svc.base import (
     entry_from_proto,
 )
 from executor_svc.out_files import Page
+from executor_svc.plumbing.locks import AttemptLocks
+from executor_svc.plumbing.pools import PoolRules, check_pools
 
 log = logging.getLogger("starforge.executor.agent")
 
@@ -56,6 +59,7 @@ UNREACHABLE = (errors.Unavailable, errors.DeadlineExceeded)
 STRAY_STOP_GRACE_SECONDS = 10
 ARTIFACT_LIST_TIMEOUT_SECONDS = 300.0  # a first listing hashes every file of the page
 ARTIFACT_READ_TIMEOUT_SECONDS = 6 * 3600.0  # one file of a checkpoint, however large
+AGENT_POOLS = PoolRules(kind="agent", place="in this fleet")
 
 
 def _node_refused(exc: errors.StarforgeError) -> bool:
@@ -81,7 +85,7 @@ class AgentExecutor(Executor):
         self._nodes: dict[str, node_pb2.Node] = {}
         self._nodes_at = 0.0
         self._place_lock = asyncio.Lock()
-        self._attempt_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._attempts = AttemptLocks()
         self._in_flight: set[str] = set()
         self._last: dict[str, Observation] = {}
         self._launches: dict[str, asyncio.Future[LaunchResult]] = {}
@@ -97,12 +101,6 @@ class AgentExecutor(Executor):
             len(ex.book.all()),
         )
         return ex
-
-    def _attempt_lock(self, attempt_id: str) -> asyncio.Lock:
-        lock = self._attempt_locks.get(attempt_id)
-        if lock is None:
-            lock = self._attempt_locks[attempt_id] = asyncio.Lock()
-        return lock
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -157,10 +155,10 @@ class AgentExecutor(Executor):
             )
             for series, ns in sorted(by_series.items())
         ]
-        if self.cfg.runtime == "process" or not by_series:
+        if self.cfg.runtime == RUNTIME_PROCESS or not by_series:
             inventory.append(SeriesInventory("cpu", len(ready), 0, 0))
         caps = {ex_pb.EXECUTOR_CAPABILITY_PAUSE, ex_pb.EXECUTOR_CAPABILITY_ARTIFACTS}
-        if self.cfg.runtime == "docker":
+        if self.cfg.runtime == RUNTIME_DOCKER:
             caps |= {ex_pb.EXECUTOR_CAPABILITY_IMAGES, ex_pb.EXECUTOR_CAPABILITY_GPUS}
         elif by_series:
             caps.add(ex_pb.EXECUTOR_CAPABILITY_GPUS)
@@ -175,24 +173,8 @@ class AgentExecutor(Executor):
     # -- launch -----------------------------------------------------------------------------
 
     def _check(self, request: lr_pb.LaunchRequest) -> spec_pb.Pool:
-        if len(request.pools) != 1:
-            raise errors.InvalidArgument(
-                f"the agent executor runs single-pool jobs; this one has {len(request.pools)} pools "
-                "(multi-pool needs a kuberay or slurm fleet)",
-                field_violations=(errors.FieldViolation("pools", "exactly one pool"),),
-            )
-        pool = request.pools[0]
-        if pool.nodes > 1:
-            raise errors.InvalidArgument(
-                f"pool {pool.name!r} asks for {pool.nodes} nodes; the agent executor places one node per job",
-                field_violations=(errors.FieldViolation("pools[0].nodes", "at most 1"),),
-            )
-        if pool.gpus_per_node < 0:
-            raise errors.InvalidArgument(
-                "gpus_per_node must not be negative",
-                field_violations=(errors.FieldViolation("pools[0].gpus_per_node", "negative"),),
-            )
-        return pool
+        # Series and GPU counts are checked at placement, against the nodes the registry knows.
+        return check_pools(request.pools, AGENT_POOLS)[0]
 
     async def launch(self, request: lr_pb.LaunchRequest) -> LaunchResult:
         """Place and start the attempt; the start outlives a caller that gives up (its deadline).
@@ -215,7 +197,7 @@ class AgentExecutor(Executor):
             log.debug("launch of %s failed: %s", attempt_id, task.exception())
 
     async def _launch(self, request: lr_pb.LaunchRequest, pool: spec_pb.Pool) -> LaunchResult:
-        async with self._attempt_lock(request.attempt_id):
+        async with self._attempts.lock(request.attempt_id):
             tried: set[str] = set()
             existing = self.book.get(request.attempt_id)
             if existing is not None:
@@ -385,7 +367,7 @@ class AgentExecutor(Executor):
         return bool(r.stopped)
 
     async def cleanup(self, attempt_id: str) -> int:
-        async with self._attempt_lock(attempt_id):
+        async with self._attempts.lock(attempt_id):
             node = await self._node_of(attempt_id)
             p = self.book.get(attempt_id)
             if node is None or p is None:

@@ -43,7 +43,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 from starforge.job.v1 import job_spec_pb2 as spec_pb
 
 from common.hashing import is_digest
-from executor_svc.base import labels_for, out_key
+from executor_svc.base import LABEL_EXECUTOR, labels_for, out_key
 from executor_svc.kuberay import names
 from executor_svc.kuberay.config import KubeRayConfig, SeriesConfig
 from executor_svc.kuberay.podenv import (
@@ -52,9 +52,11 @@ from executor_svc.kuberay.podenv import (
     OUT_DIR,
     SCRATCH_DIR,
     WORKSPACE_DIR,
+    PodEnv,
     invalid,
     pod_env,
 )
+from executor_svc.plumbing.pools import PoolRules, Shape, check_pools
 
 GROUP = "ray.io"
 VERSION = "v1"
@@ -66,8 +68,10 @@ SUBMISSION_MODE = "K8sJobMode"
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
 FETCH_CONTAINER = "forge-fetch"
+KUBERAY_POOLS = PoolRules(
+    kind="kuberay", place="in this kuberay executor's inventory", multi_pool=True, multi_node=True
+)
 
-LABEL_EXECUTOR = "starforge.dev/executor"
 ANN_ATTEMPT = "starforge.dev/attempt-id"
 ANN_JOB = "starforge.dev/job-id"
 ANN_POOLS = "starforge.dev/pools"
@@ -116,33 +120,15 @@ def check_request(request: lr_pb.LaunchRequest, cfg: KubeRayConfig) -> list[Plac
         )
     if not is_digest(request.capsule.capsule_digest):
         raise invalid("capsule.capsule_digest is not a sha256 digest", "capsule.capsule_digest", "not a digest")
-    known = ", ".join(s.series for s in cfg.inventory)
+    for i, pool in enumerate(request.pools):
+        if pool.nodes < 1:  # the head is the first pool's first node: a pool has one at least
+            raise invalid(f"pool {pool.name!r}: nodes must be >= 1", f"pools[{i}].nodes", "must be >= 1")
+    shapes = {s.series: Shape(s.nodes, s.gpus_per_node) for s in cfg.inventory}
     out: list[Placement] = []
     groups: set[str] = set()
-    for i, pool in enumerate(request.pools):
-        where = f"pools[{i}]"
+    for i, pool in enumerate(check_pools(request.pools, KUBERAY_POOLS, shapes)):
         series = cfg.series(pool.series)
-        if series is None:
-            raise invalid(
-                f"pool {pool.name!r}: series {pool.series!r} is not in this kuberay executor's inventory ({known})",
-                f"{where}.series",
-                "unknown series",
-            )
-        if pool.nodes < 1 or pool.gpus_per_node < 0:
-            raise invalid(f"pool {pool.name!r}: nodes must be >= 1", f"{where}.nodes", "must be >= 1")
-        if pool.gpus_per_node > series.gpus_per_node:
-            raise invalid(
-                f"pool {pool.name!r}: {pool.gpus_per_node} GPUs per node requested; "
-                f"{pool.series} nodes have {series.gpus_per_node}",
-                f"{where}.gpus_per_node",
-                "more GPUs than a node has",
-            )
-        if pool.nodes > series.nodes:
-            raise invalid(
-                f"pool {pool.name!r}: {pool.nodes} {pool.series} nodes requested; the cluster has {series.nodes}",
-                f"{where}.nodes",
-                "more nodes than the inventory",
-            )
+        assert series is not None  # check_pools refused unknown series
         group = names.dns_label(pool.name or f"pool-{i}", 40)
         if group in groups:
             group = names.dns_label(f"{group}-{i}", 40)
@@ -267,6 +253,31 @@ def build(request: lr_pb.LaunchRequest, cfg: KubeRayConfig) -> Built:
     raw_labels = labels_for(request)
     labels = {**cfg.extra_labels, **names.safe_labels(raw_labels), LABEL_EXECUTOR: cfg.executor_name}
     out_dir = out_dir_for_humans(cfg, out_key(request))
+    annotations = _annotations(request, placements, raw_labels, out_dir)
+    pods = _PodParts(env, labels, grace)
+    cluster = _cluster_spec(request, cfg, placements, pods)
+    manifest = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": cfg.namespace, "labels": labels, "annotations": annotations},
+        "spec": _rayjob_spec(request, cfg, cluster),
+    }
+    return Built(name=name, manifest=manifest, secret_name=secret_name, secret_data=env.secret, out_dir=out_dir)
+
+
+@dataclass(frozen=True)
+class _PodParts:
+    """What every pod template of one RayJob shares."""
+
+    env: PodEnv
+    labels: dict[str, str]
+    grace: int
+
+
+def _annotations(
+    request: lr_pb.LaunchRequest, placements: list[Placement], raw_labels: dict[str, str], out_dir: str
+) -> dict[str, str]:
+    """Attempt, job, out dir and pools (and the request's labels when not all are valid k8s labels)."""
     annotations = {
         ANN_ATTEMPT: request.attempt_id,
         ANN_JOB: request.job_id,
@@ -286,28 +297,38 @@ def build(request: lr_pb.LaunchRequest, cfg: KubeRayConfig) -> Built:
     }
     if names.safe_labels(raw_labels) != raw_labels:
         annotations[ANN_LABELS] = json.dumps(raw_labels, sort_keys=True, separators=(",", ":"))
-    first = placements[0]
+    return annotations
+
+
+def _head_group(request: lr_pb.LaunchRequest, cfg: KubeRayConfig, first: Placement, pods: _PodParts) -> dict[str, Any]:
+    """The head group: the first pool's first node, sized by `cfg.head` where it says."""
     head_resources = _resources(
         cfg.head.cpu or first.series.cpu,
         cfg.head.memory or first.series.memory,
         first.series.gpu_resource,
         first.pool.gpus_per_node,
     )
-    head = {
+    return {
         "rayStartParams": {"dashboard-host": "0.0.0.0", **cfg.head.ray_start_params},
         "template": _pod_template(
             request,
             cfg,
             series=first.series,
             container=HEAD_CONTAINER,
-            env=env.head,
-            fetch_env=env.head_fetch,
+            env=pods.env.head,
+            fetch_env=pods.env.head_fetch,
             resources=head_resources,
-            labels=labels,
-            grace=grace,
+            labels=pods.labels,
+            grace=pods.grace,
         ),
     }
-    workers = [
+
+
+def _worker_groups(
+    request: lr_pb.LaunchRequest, cfg: KubeRayConfig, placements: list[Placement], pods: _PodParts
+) -> list[dict[str, Any]]:
+    """One fixed-size worker group per pool that has nodes besides the head."""
+    return [
         {
             "groupName": p.group,
             "replicas": p.workers,
@@ -319,19 +340,32 @@ def build(request: lr_pb.LaunchRequest, cfg: KubeRayConfig) -> Built:
                 cfg,
                 series=p.series,
                 container=WORKER_CONTAINER,
-                env=env.worker,
-                fetch_env=env.fetch,
+                env=pods.env.worker,
+                fetch_env=pods.env.fetch,
                 resources=_resources(p.series.cpu, p.series.memory, p.series.gpu_resource, p.pool.gpus_per_node),
-                labels=labels,
-                grace=grace,
+                labels=pods.labels,
+                grace=pods.grace,
             ),
         }
         for p in placements
         if p.workers > 0
     ]
+
+
+def _cluster_spec(
+    request: lr_pb.LaunchRequest, cfg: KubeRayConfig, placements: list[Placement], pods: _PodParts
+) -> dict[str, Any]:
+    """The RayCluster spec: the head group and the worker groups, no autoscaling."""
+    head = _head_group(request, cfg, placements[0], pods)
+    workers = _worker_groups(request, cfg, placements, pods)
     cluster: dict[str, Any] = {"rayVersion": cfg.ray_version, "enableInTreeAutoscaling": False, "headGroupSpec": head}
     if workers:
         cluster["workerGroupSpecs"] = workers
+    return cluster
+
+
+def _rayjob_spec(request: lr_pb.LaunchRequest, cfg: KubeRayConfig, cluster: dict[str, Any]) -> dict[str, Any]:
+    """The RayJob's spec: the capsule's entrypoint, no retries, the cluster gone when it ends."""
     spec: dict[str, Any] = {
         "entrypoint": ENTRYPOINT,
         "submissionMode": SUBMISSION_MODE,
@@ -343,13 +377,7 @@ def build(request: lr_pb.LaunchRequest, cfg: KubeRayConfig) -> Built:
     }
     if cfg.pre_running_deadline_seconds > 0:
         spec["preRunningDeadlineSeconds"] = cfg.pre_running_deadline_seconds
-    manifest = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": cfg.namespace, "labels": labels, "annotations": annotations},
-        "spec": spec,
-    }
-    return Built(name=name, manifest=manifest, secret_name=secret_name, secret_data=env.secret, out_dir=out_dir)
+    return spec
 
 
 def attempt_of(obj: Mapping[str, Any]) -> str:

@@ -30,8 +30,10 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.base import (
+    LABEL_EXECUTOR,
     LABEL_MANAGED,
     MANAGED_BY,
+    RUNTIME_RAY,
     Capabilities,
     Executor,
     LaunchResult,
@@ -62,7 +64,7 @@ class KubeRayExecutor(Executor):
     def __init__(self, cfg: KubeRayConfig, kube: KubeApi) -> None:
         self.cfg = cfg
         self.kube = kube
-        self.selector = f"{LABEL_MANAGED}={MANAGED_BY},{builder.LABEL_EXECUTOR}={cfg.executor_name}"
+        self.selector = f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_EXECUTOR}={cfg.executor_name}"
         self.watch = RayJobWatch(kube, self.selector, cfg.watch_timeout_seconds)
         self._ended: collections.OrderedDict[str, Observation] = collections.OrderedDict()
         # attempt id -> image digest read from its head pod (or why it cannot be read).
@@ -177,7 +179,7 @@ class KubeRayExecutor(Executor):
             caps.add(ex_pb.EXECUTOR_CAPABILITY_PAUSE)
         return Capabilities(
             kind=self.kind,
-            runtime="ray",
+            runtime=RUNTIME_RAY,
             capabilities=frozenset(caps),
             inventory=tuple(
                 SeriesInventory(s.series, s.nodes, s.gpus_per_node, max(0, s.nodes * s.gpus_per_node - used[s.series]))
@@ -289,8 +291,11 @@ class KubeRayExecutor(Executor):
                 )
             if not _deleting(obj):
                 final = self._observation(obj)
-                if await asyncio.to_thread(self.kube.delete_rayjob, obj["metadata"]["name"]) is not None:
+                deleted = await asyncio.to_thread(self.kube.delete_rayjob, obj["metadata"]["name"])
+                if deleted is not None:
                     removed += 1
+                    if deleted.get("metadata"):  # the watch's view may lag: a second Cleanup sees it deleting
+                        self.watch.offer(deleted)
                     if attempt_id not in self._ended:
                         self._remember(dataclasses.replace(final, message=final.message + " (cleaned up)"))
         if self.cfg.use_secret_for_token:

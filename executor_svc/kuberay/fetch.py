@@ -48,6 +48,7 @@ ATTEMPTS = 5  # per blob, for network errors and 5xx/429 answers
 TIMEOUT_SECONDS = 60
 WORKERS = 8
 INTEGRITY = 97
+MAX_NAME_BYTES = 255  # longest file name component a file system takes
 REQUIRED = ("FORGE_BLOB_URL", "FORGE_BLOB_TOKEN", "FORGE_CAPSULE_SHA256", "FORGE_CAPSULE_DIR", "FORGE_WORKSPACE_DIR")
 ROOTS = {"capsule": "FORGE_CAPSULE_DIR", "workspace": "FORGE_WORKSPACE_DIR", "datasets": "FORGE_DATASETS_DIR"}
 
@@ -77,7 +78,9 @@ class FetchError(Exception):
 def destination(roots: dict[str, str], root: str, path: str) -> str:
     """Where a manifest entry goes; FetchError for a root or path that could leave its directory."""
     bad = not isinstance(path, str) or not path or path.startswith("/") or "\\" in path or "\0" in path
-    if bad or any(part in ("", ".", "..") for part in str(path).split("/")):
+    parts = str(path).split("/")
+    # executor_svc/plumbing/paths.py's rule, spelled out again: this file runs alone in the pod.
+    if bad or any(part in ("", ".", "..") or len(part.encode()) > MAX_NAME_BYTES for part in parts):
         raise FetchError(f"{root}/{path}: unsafe path in the manifest", INTEGRITY)
     if not roots.get(root):
         raise FetchError(f"{root}/{path}: unknown root {root!r}", INTEGRITY)

@@ -26,8 +26,9 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from common.hashing import is_digest
-from executor_svc.bundle import DATASET_NAME, check_relative_path
+from executor_svc.bundle import DATASET_NAME
 from executor_svc.kuberay.config import KubeRayConfig
+from executor_svc.plumbing.paths import check_relative_path
 
 CAPSULE_DIR = "/forge/capsule"
 WORKSPACE_DIR = "/forge/workspace"

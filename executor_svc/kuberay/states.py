@@ -42,6 +42,10 @@ from typing import Any
 
 from starforge.job.v1 import job_state_pb2 as st
 
+from executor_svc.plumbing import states
+from executor_svc.plumbing.failures import OOM_EVIDENCE, PRECHECK_EXIT_CODES
+from executor_svc.plumbing.states import LedgerState
+
 PENDING_DEPLOYMENT = {
     "": "not reconciled by the KubeRay operator yet",
     "Initializing": "the Ray cluster is starting (scheduling, image pull, capsule fetch)",
@@ -52,9 +56,14 @@ PENDING_DEPLOYMENT = {
     "Suspending": "being suspended: its Ray cluster is being deleted",
     "Suspended": "suspended (no pods); KubeRay starts a new Ray cluster when it is resumed",
 }
-TERMINAL_JOB = ("SUCCEEDED", "FAILED", "STOPPED")
-PRECHECK_EXIT_CODES = (97, 98)
-OOM_EVIDENCE = ("CUDA out of memory", "OutOfMemoryError", "MemoryError", "OOMKilled", "Out of memory: Killed process")
+# A terminal jobStatus (Ray's view of the entrypoint) -> ledger state; FAILED is classed from
+# Ray's message (_classify).
+RAY_JOB_STATES: dict[str, LedgerState] = {
+    "SUCCEEDED": states.SUCCEEDED,
+    "STOPPED": states.STOPPED,
+    "FAILED": states.failed(st.FAILURE_CLASS_INFRA),
+}
+TERMINAL_JOB = tuple(RAY_JOB_STATES)
 NODE_LOST_EVIDENCE = ("node has died", "node died", "NodeDiedError", "was lost")
 _EXIT_CODE = re.compile(r"exit code (-?[0-9]+)")
 MAX_TAIL = 50
@@ -100,12 +109,13 @@ def _classify(text: str) -> tuple[int, int | None]:
 
 def _by_job_status(job: str, text: str) -> tuple[int, int, int | None]:
     """(state, failure class, exit code) for a terminal jobStatus."""
-    if job == "SUCCEEDED":
-        return st.JOB_STATE_SUCCEEDED, st.FAILURE_CLASS_UNSPECIFIED, 0
-    if job == "STOPPED":
-        return st.JOB_STATE_STOPPED, st.FAILURE_CLASS_UNSPECIFIED, None
-    failure, code = _classify(text)
-    return st.JOB_STATE_FAILED, failure, code
+    entry = states.look_up(RAY_JOB_STATES, job, "terminal Ray job status")
+    if entry.state == st.JOB_STATE_SUCCEEDED:
+        return entry.state, entry.failure_class, 0
+    if entry.state == st.JOB_STATE_FAILED:
+        failure, code = _classify(text)
+        return entry.state, failure, code
+    return entry.state, entry.failure_class, None
 
 
 def _failed(reason: str, job: str, text: str) -> tuple[int, int, int | None]:

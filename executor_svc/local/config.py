@@ -11,8 +11,9 @@ import dataclasses
 from pathlib import Path
 
 from common.config import ConfigError
+from executor_svc.base import RUNTIME_DOCKER, RUNTIME_PROCESS
 
-RUNTIMES = ("process", "docker")
+RUNTIMES = (RUNTIME_PROCESS, RUNTIME_DOCKER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +66,7 @@ class LocalConfig:
 
     # Attempts, the blob cache and FORGE_OUT_DIR of every job live here.
     state_dir: Path = Path(".state/executor-local")
-    runtime: str = "process"
+    runtime: str = RUNTIME_PROCESS
     # Node name reported in LaunchResponse and observations; empty: the host name.
     node_name: str = ""
     inventory: list[SeriesConfig] = dataclasses.field(

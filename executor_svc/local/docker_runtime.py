@@ -30,7 +30,15 @@ from starforge.executor.v1 import executor_service_pb2 as ex_pb
 from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
-from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED, MANAGED_BY, labels_for
+from executor_svc.base import (
+    LABEL_ATTEMPT,
+    LABEL_EXECUTOR,
+    LABEL_JOB,
+    LABEL_MANAGED,
+    MANAGED_BY,
+    RUNTIME_DOCKER,
+    labels_for,
+)
 from executor_svc.capsule_env import CapsulePaths, capsule_env, write_token_file
 from executor_svc.local.config import DockerConfig
 from executor_svc.local.records import AttemptRecord, Layout
@@ -46,7 +54,6 @@ from executor_svc.local.runtime import (
 log = logging.getLogger("starforge.executor.local.docker")
 T = TypeVar("T")
 
-LABEL_EXECUTOR = "starforge.dev/executor-id"
 LABEL_SERIES = "starforge.dev/series"
 LABEL_GPUS = "starforge.dev/gpus"
 LABEL_NUMBER = "starforge.dev/attempt-number"
@@ -77,7 +84,7 @@ def _time(value: str | None) -> dt.datetime | None:
 class DockerRuntime(Runtime):
     """Runs capsules as containers (see module docstring)."""
 
-    name = "docker"
+    name = RUNTIME_DOCKER
     capabilities = frozenset({ex_pb.EXECUTOR_CAPABILITY_IMAGES})
 
     @property

@@ -16,7 +16,6 @@ import logging
 import shutil
 import socket
 import time
-import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from common import errors
 from executor_svc import bundle, out_files
 from executor_svc.attempt_dirs import check_id
 from executor_svc.base import (
+    RUNTIME_DOCKER,
     Capabilities,
     Executor,
     LaunchResult,
@@ -44,12 +44,35 @@ from executor_svc.local.inventory import GpuPool
 from executor_svc.local.process_runtime import ProcessRuntime
 from executor_svc.local.records import AttemptDirs, AttemptRecord, Layout
 from executor_svc.local.runtime import Runtime, RuntimeState, StartSpec
+from executor_svc.plumbing import states
+from executor_svc.plumbing.failures import PRECHECK_EXIT_CODES, shows_oom
+from executor_svc.plumbing.locks import AttemptLocks
+from executor_svc.plumbing.materialize import materialize_attempt, remove_attempt_root
+from executor_svc.plumbing.states import LedgerState, look_up
 
 log = logging.getLogger("starforge.executor.local")
 
 VERSION = "0.1.0"
-PRECHECK_EXIT_CODES = (97, 98)  # bootstrap.sh: integrity check failed / no Python in the image
-OOM_EVIDENCE = ("CUDA out of memory", "OutOfMemoryError", "MemoryError", "Out of memory: Killed process")
+
+
+# What a runtime sees, reduced to a phase (_phase) -> the ledger's state; FAILED is classed in _map.
+LOCAL_STATES: dict[str, LedgerState] = {
+    "running": states.RUNNING,
+    "created": states.PENDING,
+    "stopped": states.STOPPED,  # ended after a Stop, whatever its exit code
+    "exited 0": states.SUCCEEDED,
+    "exited": states.failed(st.FAILURE_CLASS_UNSPECIFIED),
+}
+
+
+def _phase(record: AttemptRecord, state: RuntimeState) -> str:
+    if state.running:
+        return "running"
+    if state.pending:
+        return "created"
+    if record.stop_requested_at is not None:
+        return "stopped"
+    return "exited 0" if state.exit_code == 0 else "exited"
 
 
 def executor_id(state_dir: str) -> str:
@@ -58,7 +81,7 @@ def executor_id(state_dir: str) -> str:
 
 
 def make_runtime(cfg: LocalConfig, layout: Layout, node: str) -> Runtime:
-    if cfg.runtime == "docker":
+    if cfg.runtime == RUNTIME_DOCKER:
         return DockerRuntime(cfg.docker, layout, executor_id(str(layout.state_dir)), node)
     return ProcessRuntime(layout, cfg.job_uid_range)
 
@@ -76,9 +99,7 @@ class LocalExecutor(Executor):
         self.pool = GpuPool(cfg.inventory)
         self._lister = out_files.Lister()
         self._launch_lock = asyncio.Lock()
-        self._attempt_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        # Attempts whose Launch is in progress: observed as PENDING, not as "never started".
-        self._launching: set[str] = set()
+        self._attempts = AttemptLocks()
 
     @classmethod
     async def create(cls, cfg: LocalConfig) -> LocalExecutor:
@@ -109,13 +130,6 @@ class LocalExecutor(Executor):
             held,
         )
 
-    def _attempt_lock(self, attempt_id: str) -> asyncio.Lock:
-        lock = self._attempt_locks.get(attempt_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._attempt_locks[attempt_id] = lock
-        return lock
-
     async def _record(self, attempt_id: str) -> AttemptRecord | None:
         """The attempt's record: on disk, else rebuilt from the backend (docker labels)."""
         try:
@@ -125,7 +139,7 @@ class LocalExecutor(Executor):
         record = await asyncio.to_thread(AttemptRecord.load, dirs.record)
         if record is None:
             record = await self.runtime.find(attempt_id)
-        if record is None or attempt_id in self._launching or record.handle:
+        if record is None or attempt_id in self._attempts.launching or record.handle:
             return record
         return await self._unless_interrupted(record, dirs)
 
@@ -176,24 +190,22 @@ class LocalExecutor(Executor):
         pool = self.pool.check(request.pools)
         dirs = self.layout.attempt(request.attempt_id)
         out_dir = self.layout.out_dir(check_id(out_key(request), "out_key"))
-        async with self._attempt_lock(request.attempt_id):
+        async with self._attempts.lock(request.attempt_id):
             existing = await self._record(request.attempt_id)
             if existing is not None:
                 return self._result(existing, already_launched=True)
             image_digest = await self.runtime.check_image(request)
             async with self._launch_lock:  # fail fast, before downloading anything
                 await self.pool.ensure_room(pool.series, pool.gpus_per_node, self._still_running)
-            self._launching.add(request.attempt_id)
-            try:
-                await self._materialize(request, dirs, out_dir)
-                async with self._launch_lock:
-                    record = await self._allocate_and_start(request, pool, dirs, out_dir, image_digest, gpus)
-            except BaseException:
-                if not dirs.record.exists():
-                    await asyncio.to_thread(shutil.rmtree, dirs.root, True)
-                raise
-            finally:
-                self._launching.discard(request.attempt_id)
+            with self._attempts.launching_now(request.attempt_id):
+                try:
+                    await self._materialize(request, dirs, out_dir)
+                    async with self._launch_lock:
+                        record = await self._allocate_and_start(request, pool, dirs, out_dir, image_digest, gpus)
+                except BaseException:
+                    if not dirs.record.exists():
+                        await remove_attempt_root(dirs)
+                    raise
         log.info(
             "launched %s (%s, %s GPUs %s) as %s",
             request.attempt_id,
@@ -205,16 +217,11 @@ class LocalExecutor(Executor):
         return self._result(record, already_launched=False)
 
     async def _materialize(self, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path) -> None:
-        await asyncio.to_thread(shutil.rmtree, dirs.root, True)  # a failed launch's leftovers
-        dirs.root.mkdir(mode=0o700, parents=True)  # the runtime opens it to the job's uid alone
-        for d in (dirs.capsule, dirs.datasets, dirs.workspace, dirs.scratch, out_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        await bundle.materialize(
+        await materialize_attempt(
             request,
-            dirs.capsule,
-            dirs.workspace,
+            dirs,
+            out_dir,
             self.layout.cache_dir,
-            dirs.datasets,
             concurrency=self.cfg.fetch_concurrency,
             share_cache=self.runtime.shares_cache,
         )
@@ -282,7 +289,7 @@ class LocalExecutor(Executor):
         return list(await asyncio.gather(*(self._observe(a) for a in attempt_ids)))
 
     async def _observe(self, attempt_id: str) -> Observation:
-        if attempt_id in self._launching:
+        if attempt_id in self._attempts.launching:
             return Observation(attempt_id, state=st.JOB_STATE_PENDING, message="launching", node=self.node)
         record = await self._record(attempt_id)
         if record is None:
@@ -296,23 +303,14 @@ class LocalExecutor(Executor):
 
     def _map(self, record: AttemptRecord, state: RuntimeState, tail: list[str]) -> Observation:
         """What the runtime sees -> the ledger's state, the same for every runtime."""
-        stopped = record.stop_requested_at is not None
-        failure = st.FAILURE_CLASS_UNSPECIFIED
+        entry = look_up(LOCAL_STATES, _phase(record, state), "local runtime phase")
+        job_state, failure = entry.state, entry.failure_class
         message = state.raw
-        if state.running:
-            job_state = st.JOB_STATE_RUNNING
-        elif state.pending:
-            job_state = st.JOB_STATE_PENDING
-        elif stopped:
-            job_state = st.JOB_STATE_STOPPED
-        elif state.exit_code == 0:
-            job_state = st.JOB_STATE_SUCCEEDED
-        else:
-            job_state = st.JOB_STATE_FAILED
+        if job_state == st.JOB_STATE_FAILED:
             if state.exit_code is None:
                 failure = st.FAILURE_CLASS_INFRA
                 message = "never started" if not record.handle else f"{state.raw}; the attempt vanished"
-            elif state.oom_killed or any(e in line for line in tail for e in OOM_EVIDENCE):
+            elif state.oom_killed or shows_oom(tail):
                 failure = st.FAILURE_CLASS_OUT_OF_MEMORY
                 message = f"{state.raw}; out of memory"
             elif state.exit_code in PRECHECK_EXIT_CODES:
@@ -357,7 +355,7 @@ class LocalExecutor(Executor):
     # -- stop / cleanup / list --------------------------------------------------------------
 
     async def stop(self, attempt_id: str, grace_seconds: float) -> bool:
-        async with self._attempt_lock(attempt_id):
+        async with self._attempts.lock(attempt_id):
             record = await self._record(attempt_id)
             if record is None or record.final is not None:
                 return False
@@ -371,7 +369,7 @@ class LocalExecutor(Executor):
         return True
 
     async def cleanup(self, attempt_id: str) -> int:
-        async with self._attempt_lock(attempt_id):
+        async with self._attempts.lock(attempt_id):
             record = await self._record(attempt_id)
             if record is None:
                 return 0

@@ -15,6 +15,9 @@ from starforge.job.v1 import job_spec_pb2 as spec_pb
 
 from common import errors
 from executor_svc.local.config import SeriesConfig
+from executor_svc.plumbing.pools import PoolRules, Shape, check_pools
+
+LOCAL_POOLS = PoolRules(kind="local", place="on this node")
 
 
 @dataclass(frozen=True)
@@ -37,30 +40,8 @@ class GpuPool:
 
     def check(self, pools: Sequence[spec_pb.Pool]) -> spec_pb.Pool:
         """The one pool of a request this node can ever run, or InvalidArgument why not."""
-        if len(pools) != 1:
-            raise errors.InvalidArgument(
-                f"the local executor runs single-pool jobs; this one has {len(pools)} pools "
-                "(multi-pool needs a kuberay or slurm fleet)",
-                field_violations=(errors.FieldViolation("pools", "exactly one pool"),),
-            )
-        pool = pools[0]
-        if pool.series not in self._series:
-            raise errors.InvalidArgument(
-                f"series {pool.series!r} is not on this node; it has {', '.join(sorted(self._series))}",
-                field_violations=(errors.FieldViolation("pools[0].series", "unknown series"),),
-            )
-        if pool.nodes > 1:
-            raise errors.InvalidArgument(
-                f"pool {pool.name!r} asks for {pool.nodes} nodes; the local executor has one node",
-                field_violations=(errors.FieldViolation("pools[0].nodes", "at most 1"),),
-            )
-        have = len(self._series[pool.series].indices())
-        if pool.gpus_per_node < 0 or pool.gpus_per_node > have:
-            raise errors.InvalidArgument(
-                f"pool {pool.name!r} asks for {pool.gpus_per_node} {pool.series} GPUs; this node has {have}",
-                field_violations=(errors.FieldViolation("pools[0].gpus_per_node", f"at most {have}"),),
-            )
-        return pool
+        shapes = {name: Shape(1, len(s.indices())) for name, s in self._series.items()}
+        return check_pools(pools, LOCAL_POOLS, shapes)[0]
 
     def hold(self, attempt_id: str, series: str, gpus: Sequence[int]) -> None:
         """Record a holding found at start-up or made by `allocate`."""

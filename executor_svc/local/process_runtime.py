@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from executor_svc.base import RUNTIME_PROCESS
 from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env, write_token_file
 from executor_svc.local import job_users
 from executor_svc.local.records import AttemptRecord, Layout
@@ -123,7 +124,7 @@ def _utc(ts: float | None) -> dt.datetime | None:
 class ProcessRuntime(Runtime):
     """Runs capsules as process groups on this host (see module docstring)."""
 
-    name = "process"
+    name = RUNTIME_PROCESS
 
     def __init__(self, layout: Layout, uid_range: list[int] | None = None) -> None:
         self._layout = layout

@@ -16,15 +16,12 @@ same state_dir) find its attempts: it is written atomically (temp file + rename)
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from executor_svc.attempt_dirs import AttemptDirs as BaseAttemptDirs
-from executor_svc.attempt_dirs import check_id
+from executor_svc.plumbing.records import AttemptTree, JsonRecord
 
 
 @dataclass(frozen=True)
@@ -39,41 +36,33 @@ class AttemptDirs(BaseAttemptDirs):
     def exit_code(self) -> Path:
         return self.root / "exit_code"
 
-    def removable(self) -> tuple[Path, ...]:
-        """What Cleanup removes (logs, record and exit code stay readable)."""
-        return (self.capsule, self.datasets, self.workspace, self.scratch)
-
 
 @dataclass(frozen=True)
-class Layout:
+class Layout(AttemptTree[AttemptDirs]):
     """The state dir."""
 
     state_dir: Path
+    dirs_class = AttemptDirs
 
     @property
     def attempts_dir(self) -> Path:
         return self.state_dir / "attempts"
 
     @property
+    def attempts_root(self) -> Path:
+        return self.attempts_dir
+
+    @property
+    def out_root(self) -> Path:
+        return self.state_dir / "out"
+
+    @property
     def cache_dir(self) -> Path:
         return self.state_dir / "blobs"
 
-    def attempt(self, attempt_id: str) -> AttemptDirs:
-        return AttemptDirs(self.attempts_dir / check_id(attempt_id, "attempt_id"))
-
-    def out_dir(self, job_id: str) -> Path:
-        return self.state_dir / "out" / check_id(job_id, "job_id")
-
-    def attempt_ids(self) -> list[str]:
-        """Attempts that have a record (launched at least once), sorted."""
-        try:
-            return sorted(p.parent.name for p in self.attempts_dir.glob("*/attempt.json"))
-        except FileNotFoundError:
-            return []
-
 
 @dataclass
-class AttemptRecord:
+class AttemptRecord(JsonRecord):
     """What the executor remembers about an attempt (attempt.json)."""
 
     attempt_id: str
@@ -97,19 +86,3 @@ class AttemptRecord:
     cleaned_at: float | None = None
     # Docker: the last observation, saved before Cleanup removes the container.
     final: dict[str, Any] | None = field(default=None)
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True))
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: Path) -> AttemptRecord | None:
-        """The record at `path`, or None when there is none (or it is unreadable)."""
-        try:
-            data = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})

@@ -11,6 +11,7 @@ onto common.errors, and `api` records the pinned data_parser version and why.
 from typing import Any
 
 from executor_svc.base import Executor
+from executor_svc.plumbing.states import LedgerState
 from executor_svc.registry import ExecutorKind
 from executor_svc.slurm.api import DATA_PARSER
 from executor_svc.slurm.client import SlurmClient
@@ -23,7 +24,7 @@ from executor_svc.slurm.models import (
     decode_labels,
     encode_labels,
 )
-from executor_svc.slurm.states import LedgerState, job_ledger_state, map_state
+from executor_svc.slurm.states import job_ledger_state, map_state
 
 from executor_svc.slurm.config import SlurmConfig  # isort: skip - after the client modules it uses
 from executor_svc.slurm.executor import SlurmExecutor  # isort: skip

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from common.config import ConfigError
+from executor_svc.base import RUNTIME_APPTAINER, RUNTIME_ENROOT, RUNTIME_HOST
 
 CONTAINER_RUNTIMES = ("none", "pyxis", "apptainer")
 # DescribeCapabilities.runtime per container_runtime. "host" for bare runs: the control plane
 # sends image "host" jobs only to fleets whose runtime is "process" or "host".
-RUNTIME_NAMES = {"none": "host", "pyxis": "enroot", "apptainer": "apptainer"}
+RUNTIME_NAMES = {"none": RUNTIME_HOST, "pyxis": RUNTIME_ENROOT, "apptainer": RUNTIME_APPTAINER}
 RAY_NODE_IP = ("auto", "loopback")
 UNMAPPED_POLICIES = ("refuse", "default")
 _UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")

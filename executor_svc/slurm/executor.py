@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -29,6 +28,7 @@ from executor_svc import bundle, out_files
 from executor_svc.attempt_dirs import check_id
 from executor_svc.base import (
     LABEL_ATTEMPT,
+    LABEL_EXECUTOR,
     LABEL_MANAGED,
     MANAGED_BY,
     Capabilities,
@@ -41,6 +41,8 @@ from executor_svc.base import (
     out_key,
 )
 from executor_svc.capsule_env import write_token_file
+from executor_svc.plumbing.locks import AttemptLocks
+from executor_svc.plumbing.materialize import materialize_attempt, remove_attempt_root
 from executor_svc.slurm import observations as obs_map
 from executor_svc.slurm.client import SlurmClient
 from executor_svc.slurm.config import SeriesConfig, SlurmConfig
@@ -68,7 +70,6 @@ T = TypeVar("T")
 VERSION = "0.1.0"
 # slurmctld's state_reason of a job submitted held.
 HELD_REASON = "JobHeldUser"
-LABEL_EXECUTOR = "starforge.dev/executor"
 # Stop: seconds beyond the grace for the runner to report and exit before the cancel; poll period.
 STOP_MARGIN_SECONDS = 3.0
 STOP_POLL_SECONDS = 0.5
@@ -90,9 +91,7 @@ class SlurmExecutor(Executor):
         self.tokens = tokens
         self.layout = Layout(cfg.staging_dir, cfg.out_dir)
         self._lister = out_files.Lister()
-        self._attempt_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        # Attempts whose Launch is in progress: observed as PENDING, not as "never started".
-        self._launching: set[str] = set()
+        self._attempts = AttemptLocks()
 
     @classmethod
     async def create(cls, cfg: SlurmConfig) -> SlurmExecutor:
@@ -130,13 +129,6 @@ class SlurmExecutor(Executor):
                 raise
             self.client.set_token(await self.tokens.current(force=True))
             return await op(self.client)
-
-    def _attempt_lock(self, attempt_id: str) -> asyncio.Lock:
-        lock = self._attempt_locks.get(attempt_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._attempt_locks[attempt_id] = lock
-        return lock
 
     def _labels(self) -> dict[str, str]:
         return {LABEL_MANAGED: MANAGED_BY, LABEL_EXECUTOR: self.cfg.executor_name}
@@ -184,7 +176,7 @@ class SlurmExecutor(Executor):
         out_dir = self.layout.out_dir(out_key(request))
         container = container_for(self.cfg, request, dirs)
         run_as = unix_user(self.cfg, request)  # an unmapped owner is refused before anything is staged
-        async with self._attempt_lock(request.attempt_id):
+        async with self._attempts.lock(request.attempt_id):
             existing = await asyncio.to_thread(AttemptRecord.load, dirs.record)
             if existing is not None:
                 return self._result(existing, already_launched=True)
@@ -196,11 +188,8 @@ class SlurmExecutor(Executor):
                 record = self._record(request, found[0].job_id, out_dir, plan, digest, run_as)
                 await asyncio.to_thread(self._save_adopted, dirs, record)
                 return self._result(record, already_launched=True)
-            self._launching.add(request.attempt_id)
-            try:
+            with self._attempts.launching_now(request.attempt_id):
                 record = await self._stage_and_submit(request, plan, container, dirs, out_dir, run_as)
-            finally:
-                self._launching.discard(request.attempt_id)
         log.info("launched %s as Slurm job %d (user %s)", request.attempt_id, record.slurm_job_id, run_as)
         return self._result(record)
 
@@ -275,7 +264,7 @@ class SlurmExecutor(Executor):
             )
             await asyncio.to_thread(dirs.script.write_text, script)
         except BaseException:
-            await asyncio.to_thread(shutil.rmtree, dirs.root, True)
+            await remove_attempt_root(dirs)
             raise
         labels = labels_for(request) | self._labels()
         job = BatchJob(
@@ -312,7 +301,7 @@ class SlurmExecutor(Executor):
         except (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied):
             # Slurm refused it: nothing runs, so nothing staged is needed. (After a timeout the
             # job may exist: the staged files stay for it and a second Launch finds it by label.)
-            await asyncio.to_thread(shutil.rmtree, dirs.root, True)
+            await remove_attempt_root(dirs)
             raise
         for warning in submitted.warnings:
             log.warning("slurmrestd on submitting %s: %s", request.attempt_id, warning)
@@ -348,17 +337,12 @@ class SlurmExecutor(Executor):
             raise
 
     async def _materialize(self, request: lr_pb.LaunchRequest, dirs: AttemptDirs, out_dir: Path) -> None:
-        await asyncio.to_thread(shutil.rmtree, dirs.root, True)  # a failed launch's leftovers
         await asyncio.to_thread(secure_roots, self.cfg.staging_dir, self.cfg.out_dir, self.cfg.blob_cache)
-        dirs.root.mkdir(mode=0o700)
-        for d in (dirs.capsule, dirs.datasets, dirs.workspace, dirs.scratch, out_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        await bundle.materialize(
+        await materialize_attempt(
             request,
-            dirs.capsule,
-            dirs.workspace,
+            dirs,
+            out_dir,
             self.cfg.blob_cache,
-            dirs.datasets,
             concurrency=self.cfg.fetch_concurrency,
             share_cache=self.cfg.tenants.enabled or (self.cfg.job_uid >= 0 and self.cfg.job_uid != os.geteuid()),
         )
@@ -394,7 +378,7 @@ class SlurmExecutor(Executor):
             return None
 
     async def _observe(self, attempt_id: str, record: AttemptRecord | None, job: SlurmJob | None) -> Observation:
-        if attempt_id in self._launching:
+        if attempt_id in self._attempts.launching:
             return Observation(attempt_id, state=st.JOB_STATE_PENDING, message="staging files and submitting")
         if record is None and job is None:
             return Observation.missing(attempt_id)
@@ -431,7 +415,7 @@ class SlurmExecutor(Executor):
         (SIGTERM, SIGKILL after the cluster's KillWait). The stop is recorded first, so the
         attempt reads STOPPED however the job then ends.
         """
-        async with self._attempt_lock(attempt_id):
+        async with self._attempts.lock(attempt_id):
             record, job_id = await self._job_id(attempt_id)
             if job_id is None:
                 return False
@@ -457,7 +441,7 @@ class SlurmExecutor(Executor):
             await asyncio.sleep(STOP_POLL_SECONDS)
 
     async def cleanup(self, attempt_id: str) -> int:
-        async with self._attempt_lock(attempt_id):
+        async with self._attempts.lock(attempt_id):
             (current,) = await self.observe([attempt_id])
             if current.state in (st.JOB_STATE_PENDING, st.JOB_STATE_RUNNING):
                 raise errors.FailedPrecondition(

@@ -14,11 +14,13 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from executor_svc.capsule_env import CapsulePaths, capsule_env, stop_grace
+from executor_svc.plumbing.pools import PoolRules, Shape, check_pools
 from executor_svc.slurm.config import SeriesConfig, SlurmConfig
 from executor_svc.slurm.script import Component, Container, RaySpec, wants_ray
 from executor_svc.slurm.staging import AttemptDirs
 
 HOST_IMAGE = "host"
+SLURM_POOLS = PoolRules(kind="slurm", place="in this Slurm fleet", multi_pool=True, multi_node=True)
 _SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -34,32 +36,12 @@ def pyxis_image(ref: str) -> str:
 
 def plan_components(cfg: SlurmConfig, request: lr_pb.LaunchRequest) -> list[tuple[Component, SeriesConfig]]:
     """The request's pools as job components, or InvalidArgument why they can never run here."""
-    if not request.pools:
-        raise errors.InvalidArgument(
-            "the request has no pools", field_violations=(errors.FieldViolation("pools", "empty"),)
-        )
+    shapes = {s.series: Shape(s.nodes, s.gpus_per_node) for s in cfg.inventory}
     out = []
-    for i, pool in enumerate(request.pools):
-        where = f"pools[{i}]"
+    for i, pool in enumerate(check_pools(request.pools, SLURM_POOLS, shapes)):
         series = cfg.series(pool.series)
-        if series is None:
-            have = ", ".join(s.series for s in cfg.inventory)
-            raise errors.InvalidArgument(
-                f"series {pool.series!r} is not in this Slurm fleet; it has {have}",
-                field_violations=(errors.FieldViolation(f"{where}.series", "unknown series"),),
-            )
-        if pool.gpus_per_node < 0 or pool.gpus_per_node > series.gpus_per_node:
-            raise errors.InvalidArgument(
-                f"pool {pool.name!r} asks for {pool.gpus_per_node} {pool.series} GPUs per node; "
-                f"its nodes have {series.gpus_per_node}",
-                field_violations=(errors.FieldViolation(f"{where}.gpus_per_node", f"at most {series.gpus_per_node}"),),
-            )
+        assert series is not None  # check_pools refused unknown series
         nodes = max(1, pool.nodes)
-        if nodes > series.nodes:
-            raise errors.InvalidArgument(
-                f"pool {pool.name!r} asks for {nodes} {pool.series} nodes; this fleet has {series.nodes}",
-                field_violations=(errors.FieldViolation(f"{where}.nodes", f"at most {series.nodes}"),),
-            )
         out.append((Component(pool.name or f"pool{i}", nodes, pool.gpus_per_node, series.cpus_per_node), series))
     return out
 

@@ -208,45 +208,74 @@ def _ray_start_args(ray: RaySpec, component: Component) -> list[str]:
 
 
 def _ray_section(spec: ScriptSpec, ray: RaySpec) -> list[str]:
-    q = shlex.quote
-    ray_cmd = [q(w) for w in shlex.split(ray.command)]
-    head_c = spec.components[0]
+    """Start a Ray cluster over the job's nodes and wait until every node joined it."""
+    ray_cmd = [shlex.quote(w) for w in shlex.split(ray.command)]
     total = sum(c.nodes for c in spec.components)
+    return [
+        *_ray_preamble(spec, ray),
+        *_ray_head_address(ray),
+        *_ray_token(ray),
+        *_ray_exports(ray, total),
+        *_ray_head(spec, ray, ray_cmd),
+        *_ray_workers(spec, ray, ray_cmd),
+        *_ray_wait_ready(spec, ray, total),
+    ]
+
+
+def _ray_preamble(spec: ScriptSpec, ray: RaySpec) -> list[str]:
+    """The node list, the head node and the port."""
     nodelist = "SLURM_JOB_NODELIST_HET_GROUP_0" if spec.heterogeneous else "SLURM_JOB_NODELIST"
-    lines = [
+    return [
         "",
-        f"# --- Ray: a head on the first node of pool {head_c.pool}, a worker on every other node ---",
+        f"# --- Ray: a head on the first node of pool {spec.components[0].pool}, a worker on every other node ---",
         "export RAY_USAGE_STATS_ENABLED=0",
         f'sf_nodes=($(scontrol show hostnames "${nodelist}"))',
         'sf_head="${sf_nodes[0]}"',
         f"sf_ray_port={ray.port}" if ray.port else "sf_ray_port=$((20000 + SLURM_JOB_ID % 20000))",
     ]
+
+
+def _ray_head_address(ray: RaySpec) -> list[str]:
+    """sf_head_ip: a loopback address on test clusters, else the head node's resolved NodeAddr."""
     if ray.node_ip == "loopback":
-        lines += [
+        return [
             "# Test clusters whose nodes share one host: every Ray node on its own 127.0.0.x.",
             "sf_head_ip=127.0.0.2",
         ]
-    else:
-        lines += [
-            "sf_head_addr=$(scontrol show node \"$sf_head\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
-            "sf_head_ip=$(getent ahostsv4 \"$sf_head_addr\" | awk 'NR == 1 {print $1}')",
-            'if [ -z "$sf_head_ip" ]; then',
-            '\techo "starforge: cannot resolve the address of the Ray head $sf_head (NodeAddr $sf_head_addr)" >&2',
-            f"\tsf_finish {RAY_FAILED_EXIT} ray",
-            "fi",
-        ]
-    if ray.token_auth:
-        lines += [
-            "# A token only this job's processes know (made here, never written down).",
-            "export RAY_AUTH_MODE=token",
-            "RAY_AUTH_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')",
-            "export RAY_AUTH_TOKEN",
-        ]
-    lines += [
+    return [
+        "sf_head_addr=$(scontrol show node \"$sf_head\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+        "sf_head_ip=$(getent ahostsv4 \"$sf_head_addr\" | awk 'NR == 1 {print $1}')",
+        'if [ -z "$sf_head_ip" ]; then',
+        '\techo "starforge: cannot resolve the address of the Ray head $sf_head (NodeAddr $sf_head_addr)" >&2',
+        f"\tsf_finish {RAY_FAILED_EXIT} ray",
+        "fi",
+    ]
+
+
+def _ray_token(ray: RaySpec) -> list[str]:
+    """Ray's token authentication, with a token made in the job (when configured)."""
+    if not ray.token_auth:
+        return []
+    return [
+        "# A token only this job's processes know (made here, never written down).",
+        "export RAY_AUTH_MODE=token",
+        "RAY_AUTH_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')",
+        "export RAY_AUTH_TOKEN",
+    ]
+
+
+def _ray_exports(ray: RaySpec, total: int) -> list[str]:
+    """RAY_ADDRESS and the per-job temp dir, announced in the log."""
+    return [
         'export RAY_ADDRESS="$sf_head_ip:$sf_ray_port"',
-        f'export SF_RAY_TMP={q(ray.temp_dir)}-"$SLURM_JOB_ID"',
+        f'export SF_RAY_TMP={shlex.quote(ray.temp_dir)}-"$SLURM_JOB_ID"',
         f'echo "starforge: starting Ray: head $sf_head at $RAY_ADDRESS, {total} nodes in all" >&2',
     ]
+
+
+def _ray_head(spec: ScriptSpec, ray: RaySpec, ray_cmd: list[str]) -> list[str]:
+    """The head as a background step, then a wait until its GCS port answers."""
+    head_c = spec.components[0]
     head_opts = [*_group(spec, 0), "--nodes=1", "--ntasks=1", "--overlap", '-w "$sf_head"', *_cpus(head_c)]
     head_cmd = [
         *ray_cmd,
@@ -258,24 +287,31 @@ def _ray_section(spec: ScriptSpec, ray: RaySpec) -> list[str]:
         '--temp-dir="$SF_RAY_TMP/n0"',
         *_ray_start_args(ray, head_c),
     ]
-    lines += [
+    return [
         _step(spec, head_opts, head_cmd, head_c.gpus_per_node) + " &",
         "sf_ray_steps=$!",
         "# Workers start once the head's GCS answers: nodes starting all at once slow each other down",
         "# past Ray's own start-up timeouts on busy hosts.",
         f"sf_ray_deadline=$((SECONDS + {ray.start_timeout_seconds}))",
         'until (exec 3<>"/dev/tcp/$sf_head_ip/$sf_ray_port") 2>/dev/null; do',
-        '	if ! kill -0 "$sf_ray_steps" 2>/dev/null || [ "$SECONDS" -ge "$sf_ray_deadline" ]; then',
-        '		echo "starforge: the Ray head did not start at $RAY_ADDRESS (its lines are above)" >&2',
-        f"		sf_finish {RAY_FAILED_EXIT} ray",
-        "	fi",
-        "	sleep 1",
+        '\tif ! kill -0 "$sf_ray_steps" 2>/dev/null || [ "$SECONDS" -ge "$sf_ray_deadline" ]; then',
+        '\t\techo "starforge: the Ray head did not start at $RAY_ADDRESS (its lines are above)" >&2',
+        f"\t\tsf_finish {RAY_FAILED_EXIT} ray",
+        "\tfi",
+        "\tsleep 1",
         "done",
     ]
-    # Workers: one task per node; each computes its node index (and loopback address) from the
-    # index of its first node plus its own SLURM_PROCID.
+
+
+def _ray_workers(spec: ScriptSpec, ray: RaySpec, ray_cmd: list[str]) -> list[str]:
+    """A worker step per component over every node but the head.
+
+    One task per node; each computes its node index (and loopback address) from the index of
+    its first node plus its own SLURM_PROCID.
+    """
     ip_arg = ' --node-ip-address="127.0.0.$((2 + i))"' if ray.node_ip == "loopback" else ""
-    snippet = q(f'i=$(($1 + SLURM_PROCID)); shift; exec "$@"{ip_arg} --temp-dir="$SF_RAY_TMP/n$i"')
+    snippet = shlex.quote(f'i=$(($1 + SLURM_PROCID)); shift; exec "$@"{ip_arg} --temp-dir="$SF_RAY_TMP/n$i"')
+    lines: list[str] = []
     first = 1
     for index, comp in enumerate(spec.components):
         count = comp.nodes - 1 if index == 0 else comp.nodes
@@ -289,13 +325,18 @@ def _ray_section(spec: ScriptSpec, ray: RaySpec) -> list[str]:
         cmd += _ray_start_args(ray, comp)
         lines += [_step(spec, opts, cmd, comp.gpus_per_node) + " &", 'sf_ray_steps="$sf_ray_steps $!"']
         first += count
+    return lines
+
+
+def _ray_wait_ready(spec: ScriptSpec, ray: RaySpec, total: int) -> list[str]:
+    """Wait on the head until `total` nodes joined; a Ray node that exits first ends the attempt."""
     wait_opts = [*_group(spec, 0), "--nodes=1", "--ntasks=1", "--overlap", '-w "$sf_head"']
-    wait_cmd = [q(w) for w in shlex.split(ray.python)] + [
+    wait_cmd = [shlex.quote(w) for w in shlex.split(ray.python)] + [
         '-c "$sf_ray_wait_py"',
         str(total),
         str(ray.start_timeout_seconds),
     ]
-    lines += [
+    return [
         "sf_ray_wait_py=$(cat <<'SF_PY'",
         _RAY_WAIT_PY.strip(),
         "SF_PY",
@@ -315,7 +356,6 @@ def _ray_section(spec: ScriptSpec, ray: RaySpec) -> list[str]:
         "done",
         f'sf_wait "$sf_ray_wait" || sf_finish {RAY_FAILED_EXIT} ray',
     ]
-    return lines
 
 
 def _capsule_section(spec: ScriptSpec) -> list[str]:

@@ -24,10 +24,8 @@ when it is a regular file.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import errno
-import json
 import os
 import stat
 from collections.abc import Iterator
@@ -37,6 +35,7 @@ from typing import Any, BinaryIO
 
 from executor_svc.attempt_dirs import AttemptDirs as BaseAttemptDirs
 from executor_svc.attempt_dirs import check_id
+from executor_svc.plumbing.records import AttemptTree, JsonRecord
 from executor_svc.slurm.script import OUTCOME_FILE, STARTED_FILE
 
 LOG_TAIL_LINES = 50
@@ -98,25 +97,29 @@ class AttemptDirs(BaseAttemptDirs):
     def outcome(self) -> Path:
         return self.root / OUTCOME_FILE
 
-    def removable(self) -> tuple[Path, ...]:
-        """What Cleanup removes (record, script, log and markers stay readable)."""
-        return (self.capsule, self.datasets, self.workspace, self.scratch)
-
 
 @dataclass(frozen=True)
-class Layout:
+class Layout(AttemptTree[AttemptDirs]):
     staging_dir: Path
-    out_root: Path
+    out_root_dir: Path
+    dirs_class = AttemptDirs
+
+    @property
+    def attempts_root(self) -> Path:
+        return self.staging_dir
+
+    @property
+    def out_root(self) -> Path:
+        return self.out_root_dir
 
     @property
     def records(self) -> Path:
         return self.staging_dir / RECORDS_DIR
 
     def attempt(self, attempt_id: str) -> AttemptDirs:
-        return AttemptDirs(self.staging_dir / check_id(attempt_id, "attempt_id"), self.records)
-
-    def out_dir(self, job_id: str) -> Path:
-        return self.out_root / check_id(job_id, "job_id")
+        """The attempt's directories; its record lives in the executor's records dir, outside
+        the attempt dir the job's user owns."""
+        return AttemptDirs(self.attempts_root / check_id(attempt_id, "attempt_id"), self.records)
 
     def attempt_ids(self) -> list[str]:
         """Attempts with a record (submitted at least once), sorted."""
@@ -127,7 +130,7 @@ class Layout:
 
 
 @dataclass
-class AttemptRecord:
+class AttemptRecord(JsonRecord):
     """What the executor remembers about an attempt (attempt.json)."""
 
     attempt_id: str
@@ -144,21 +147,6 @@ class AttemptRecord:
     unix_user: str = ""
     stop_requested_at: float | None = None
     cleaned_at: float | None = None
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True))
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: Path) -> AttemptRecord | None:
-        """The record at `path`, or None when there is none (or it is unreadable)."""
-        try:
-            data = json.loads(path.read_text())
-        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-            return None
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True)

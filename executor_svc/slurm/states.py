@@ -14,34 +14,34 @@ RUNNING, SUCCEEDED, FAILED, STOPPED plus, for FAILED, a failure class that decid
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from starforge.job.v1 import job_state_pb2 as st
 
+from executor_svc.plumbing import states
+from executor_svc.plumbing.states import LedgerState
 from executor_svc.slurm.models import BASE_STATES, SlurmJob
 
 # state_reason values of a FAILED job that mean the platform, not the job, failed.
 _INFRA_REASONS = frozenset(
     {"JobLaunchFailure", "SystemFailure", "NodeDown", "PartitionDown", "BurstBufferOperationFailure", "Prolog"}
 )
-_FAILED_CLASS = {
-    "OUT_OF_MEMORY": st.FAILURE_CLASS_OUT_OF_MEMORY,
-    "NODE_FAIL": st.FAILURE_CLASS_NODE_LOST,
-    "PREEMPTED": st.FAILURE_CLASS_PREEMPTED,
-    "BOOT_FAIL": st.FAILURE_CLASS_INFRA,
-    "DEADLINE": st.FAILURE_CLASS_INFRA,
-    "TIMEOUT": st.FAILURE_CLASS_USER_CODE,
+# Slurm base state -> ledger state, once the flags said the job is neither COMPLETING nor CONFIGURING.
+SLURM_STATES: dict[str, LedgerState] = {
+    "PENDING": states.PENDING,
+    "RUNNING": states.RUNNING,
+    "SUSPENDED": states.RUNNING,
+    "COMPLETED": states.SUCCEEDED,
+    "CANCELLED": states.STOPPED,  # only StarForge or an operator cancels
+    "FAILED": states.failed(st.FAILURE_CLASS_USER_CODE),  # INFRA by reason or flag, see map_state
+    "OUT_OF_MEMORY": states.failed(st.FAILURE_CLASS_OUT_OF_MEMORY),
+    "NODE_FAIL": states.failed(st.FAILURE_CLASS_NODE_LOST),
+    "PREEMPTED": states.failed(st.FAILURE_CLASS_PREEMPTED),
+    "BOOT_FAIL": states.failed(st.FAILURE_CLASS_INFRA),
+    "DEADLINE": states.failed(st.FAILURE_CLASS_INFRA),
+    "TIMEOUT": states.failed(st.FAILURE_CLASS_USER_CODE),
 }
-
-
-@dataclass(frozen=True)
-class LedgerState:
-    """A ledger JobState value, its failure class (FAILED only) and a one-line explanation."""
-
-    state: int
-    failure_class: int = st.FAILURE_CLASS_UNSPECIFIED
-    message: str = ""
 
 
 def _describe(base: str, flags: Sequence[str], reason: str, exit_code: int | None, signal: int | None) -> str:
@@ -69,19 +69,11 @@ def map_state(
     message = _describe(base, flags, reason, exit_code, signal)
     if "COMPLETING" in flags and base != "PENDING":
         return LedgerState(st.JOB_STATE_RUNNING, message=message)
-    if base == "PENDING" or (base == "RUNNING" and "CONFIGURING" in flags):
+    if base == "RUNNING" and "CONFIGURING" in flags:
         return LedgerState(st.JOB_STATE_PENDING, message=message)
-    if base in ("RUNNING", "SUSPENDED"):
-        return LedgerState(st.JOB_STATE_RUNNING, message=message)
-    if base == "COMPLETED":
-        return LedgerState(st.JOB_STATE_SUCCEEDED, message=message)
-    if base == "CANCELLED":
-        return LedgerState(st.JOB_STATE_STOPPED, message=message)
-    if base in _FAILED_CLASS:
-        return LedgerState(st.JOB_STATE_FAILED, _FAILED_CLASS[base], message)
-    # base == "FAILED"
-    infra = "LAUNCH_FAILED" in flags or reason in _INFRA_REASONS
-    return LedgerState(st.JOB_STATE_FAILED, st.FAILURE_CLASS_INFRA if infra else st.FAILURE_CLASS_USER_CODE, message)
+    if base == "FAILED" and ("LAUNCH_FAILED" in flags or reason in _INFRA_REASONS):
+        return LedgerState(st.JOB_STATE_FAILED, st.FAILURE_CLASS_INFRA, message)
+    return dataclasses.replace(states.look_up(SLURM_STATES, base, "Slurm base state"), message=message)
 
 
 def job_ledger_state(job: SlurmJob) -> LedgerState:

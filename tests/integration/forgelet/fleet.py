@@ -36,8 +36,7 @@ from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
 
 from common.channel import aio_channel, bearer
 from control.config import InventoryConfig
-from executor_svc.base import LABEL_ATTEMPT
-from executor_svc.local.docker_runtime import LABEL_EXECUTOR
+from executor_svc.base import LABEL_ATTEMPT, LABEL_EXECUTOR
 from executor_svc.local.executor import executor_id
 from tests.integration.backends.docker import TEST_IMAGE, DockerEngine
 from tests.integration.console import REPO, Console, console

@@ -22,8 +22,8 @@ from starforge.job.v1 import job_spec_pb2 as spec_pb
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors
+from executor_svc.base import LABEL_EXECUTOR
 from executor_svc.slurm import DATA_PARSER, SlurmExecutor
-from executor_svc.slurm.executor import LABEL_EXECUTOR
 from executor_svc.slurm.staging import AttemptRecord
 from tests.integration.backends.slurm import ClusterInfo
 from tests.integration.blob_server import BlobServer
