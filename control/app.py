@@ -66,7 +66,7 @@ from control.services.fleet_service import FleetServicer
 from control.services.ingest_service import IngestServicer
 from control.services.node_registry_service import NodeRegistryServicer
 from control.services.secret_service import SecretServicer
-from recipes.catalog import load_catalog
+from recipes.catalog import Catalog, load_catalog
 
 log = logging.getLogger("starforge.control")
 
@@ -316,30 +316,46 @@ def _services(ctx: Context, blob_access: BlobAccess) -> list[Service]:
     ]
 
 
-async def _build_context(
-    cfg: ControlConfig,
-    db: Database,
-    keyring: secret_store.Keyring,
-    store: BlobStore,
-    verifier: auth.TokenVerifier,
-    public_address: str,
-    public_http_url: str,
-) -> Context:
+@dataclass(frozen=True)
+class _Parts:
+    """What the Context is made of that needs no port: loaded (and refused) before any port opens."""
+
+    db: Database
+    keyring: secret_store.Keyring
+    store: BlobStore
+    catalog: Catalog
+    assets: capsule_assets.CapsuleAssets
+    verifier: auth.TokenVerifier
+
+
+async def _load_parts(cfg: ControlConfig) -> _Parts:
+    db, keyring = await _open_ledger(cfg)
+    store = BlobStore(cfg.resolved_blob_dir)
+    try:
+        assets = await asyncio.to_thread(capsule_assets.load, cfg.capsule_dir.expanduser().resolve(), store)
+        catalog = load_catalog()
+    except BaseException:
+        db.close()
+        raise
+    return _Parts(db, keyring, store, catalog, assets, auth.TokenVerifier(db))
+
+
+def _build_context(cfg: ControlConfig, parts: _Parts, public_address: str, public_http_url: str) -> Context:
     """The shared Context, complete: built once, never assigned to afterwards."""
     return Context(
         cfg=cfg,
-        db=db,
-        store=store,
-        catalog=load_catalog(),
-        assets=await asyncio.to_thread(capsule_assets.load, cfg.capsule_dir.expanduser().resolve(), store),
+        db=parts.db,
+        store=parts.store,
+        catalog=parts.catalog,
+        assets=parts.assets,
         executors=ExecutorPool(cfg.fleets, cfg.executor_deadline_seconds, channel_credentials(cfg.tls)),
         notifier=Notifier(),
-        verifier=verifier,
+        verifier=parts.verifier,
         replica_id=secrets.token_hex(6),
         public_address=public_address,
         public_http_url=public_http_url,
-        keyring=keyring,
-        masks=secret_store.MaskCache(keyring),
+        keyring=parts.keyring,
+        masks=secret_store.MaskCache(parts.keyring),
         ca_pem=job_ca_pem(cfg.tls),
     )
 
@@ -370,17 +386,15 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
     """Start the control plane: ledger, ports, the shared Context, services, then the loops."""
     cfg.validate_tls()  # also for configs built in code (the embedded console, `sf up --listen`)
     cfg.resolved_state_dir.mkdir(parents=True, exist_ok=True)
-    db, keyring = await _open_ledger(cfg)
-    store = BlobStore(cfg.resolved_blob_dir)
-    verifier = auth.TokenVerifier(db)
-    blob_access = BlobAccess(db, RunBlobs(db).allowed)
+    parts = await _load_parts(cfg)
+    blob_access = BlobAccess(parts.db, RunBlobs(parts.db).allowed)
     server, port = bind_server(
-        cfg.listen, interceptors=[auth.interceptor(verifier)], credentials=server_credentials(cfg.tls)
+        cfg.listen, interceptors=[auth.interceptor(parts.verifier)], credentials=server_credentials(cfg.tls)
     )
-    ops = _start_ops(cfg, store, verifier, blob_access)
-    ctx = await _build_context(cfg, db, keyring, store, verifier, _grpc_address(cfg, port), _http_url(cfg, ops))
+    ops = _start_ops(cfg, parts.store, parts.verifier, blob_access)
+    ctx = _build_context(cfg, parts, _grpc_address(cfg, port), _http_url(cfg, ops))
     await add_services(server, _services(ctx, blob_access))
-    metrics.install(db)
+    metrics.install(parts.db)
     await server.start()
     front = await _start_envoy(cfg, port, ops)
     scheduler = Scheduler(ctx)
