@@ -15,7 +15,7 @@ APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chr
 	golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev
 
-.PHONY: demo test setup frameworks venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web examples
+.PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule unit integration bench bench-ab soak clean web examples
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
@@ -78,11 +78,29 @@ $(NODE_CLIENT_DEPS): $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.jso
 examples: $(NODE_CLIENT_DEPS)  ## build the API client examples (examples/node-client/dist)
 	npm run --prefix $(NODE_CLIENT) build
 
+# ruff, mypy --strict (sources and tests), the layering contracts and the proto contract.
 lint: venv
 	ruff check .
 	ruff format --check .
 	mypy .
+	$(MAKE) --no-print-directory layers contract
+
+# The import-linter contracts in pyproject.toml ([tool.importlinter]): who may import whom.
+# tests/unit/test_lint_rules.py runs this target on a copy with a forbidden import and sees it fail.
+layers:
+	lint-imports
+
+# The contract: buf lint (STANDARD + COMMENTS: every element commented) and buf breaking against
+# the last release's contract, proto/release-baseline.binpb (a committed buf image: no network, no
+# git history needed). tests/unit/test_lint_rules.py proves a breaking change and a missing
+# comment fail it.
+contract:
 	buf lint
+	buf breaking --against proto/release-baseline.binpb
+
+# On a release (after its commit): the released contract becomes the baseline. Commit the file.
+proto-baseline:
+	buf build --exclude-source-info -o proto/release-baseline.binpb
 
 capsule: venv  ## build the content-addressed runner.pex
 	$(BIN)/python -m capsule.build --out build/capsule
@@ -91,8 +109,9 @@ unit: venv frameworks
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit
 
 # The inner loop before a commit (under two minutes; .pre-commit-config.yaml runs the same): lint
-# (ruff, format, mypy --strict, buf lint) and the unit tests, which include the contract checks
-# (gen/ fresh, every proto element commented). No sockets, no backends.
+# (ruff, format, mypy --strict, import-linter, buf lint + breaking) and the unit tests, which
+# include the contract checks (gen/ fresh) and the proofs that the lint rules fail on violations.
+# No sockets, no backends.
 check: lint
 	$(BIN)/python -m pytest -p no:cacheprovider -q tests/unit
 
@@ -111,4 +130,4 @@ soak: setup  ## 1,000 log followers + 100 reporting runs on one console for 10 m
 	$(BIN)/python -m pytest -p no:cacheprovider -s tests/reliability -m soak --run-soak
 
 clean:
-	rm -rf build .mypy_cache .ruff_cache
+	rm -rf build .mypy_cache .ruff_cache .import_linter_cache

@@ -54,6 +54,21 @@ async def create_server(
     """Build (not start) a server on `addr`; returns (server, bound port, health servicer).
 
     With `credentials` (`common.tls.server_credentials`) the port serves TLS, else plaintext.
+    `bind_server` + `add_services`, for a caller that needs the port before its servicers exist.
+    """
+    server, port = bind_server(addr, interceptors=interceptors, options=options, credentials=credentials)
+    health = await add_services(server, services)
+    return server, port, health
+
+
+def bind_server(
+    addr: str,
+    *,
+    interceptors: Sequence[Any] = (),
+    options: Sequence[tuple[str, Any]] = (),
+    credentials: grpc.ServerCredentials | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """A server (no services yet, not started) bound to `addr`, and its port.
 
     The transport's receive limit is the largest per-method limit of the interceptors (an
     `authn.AuthnInterceptor` has `max_receive_bytes`), else DEFAULT_RECEIVE_BYTES: a message
@@ -73,6 +88,14 @@ async def create_server(
             *options,
         ],
     )
+    port = server.add_secure_port(addr, credentials) if credentials else server.add_insecure_port(addr)
+    if port == 0:
+        raise OSError(f"cannot listen on {addr}: address in use or not available")
+    return server, port
+
+
+async def add_services(server: grpc.aio.Server, services: Sequence[Service]) -> health_aio.HealthServicer:
+    """Register `services` (before `server.start()`), the health service reporting each SERVING, and reflection."""
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for s in services:
@@ -84,10 +107,7 @@ async def create_server(
         reflection.SERVICE_NAME,
     ]
     reflection.enable_server_reflection(names, server)
-    port = server.add_secure_port(addr, credentials) if credentials else server.add_insecure_port(addr)
-    if port == 0:
-        raise OSError(f"cannot listen on {addr}: address in use or not available")
-    return server, port, health_servicer
+    return health_servicer
 
 
 async def serve_until_signal(

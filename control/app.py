@@ -39,7 +39,7 @@ from starforge.forgelet.v1 import node_registry_service_pb2, node_registry_servi
 from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
 from common.config import ConfigError
-from common.server import create_server, service
+from common.server import Service, add_services, bind_server, service
 from common.tls import channel_credentials, job_ca_pem, server_credentials, server_ssl_context
 from control import assembly, auth, capsule_assets, metrics
 from control import secrets as secret_store
@@ -66,7 +66,7 @@ from control.services.fleet_service import FleetServicer
 from control.services.ingest_service import IngestServicer
 from control.services.node_registry_service import NodeRegistryServicer
 from control.services.secret_service import SecretServicer
-from recipes.catalog import load_catalog
+from recipes.catalog import Catalog, load_catalog
 
 log = logging.getLogger("starforge.control")
 
@@ -205,10 +205,12 @@ def open_secrets(cfg: ControlConfig, db: Database) -> secret_store.Keyring:
     return keyring
 
 
-async def start_control(cfg: ControlConfig) -> ControlApp:
-    cfg.validate_tls()  # also for configs built in code (the embedded console, `sf up --listen`)
-    state_dir = cfg.resolved_state_dir
-    state_dir.mkdir(parents=True, exist_ok=True)
+def _loopback_if_wildcard(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
+
+
+async def _open_ledger(cfg: ControlConfig) -> tuple[Database, secret_store.Keyring]:
+    """The migrated database and the secrets keyring; the first admin is created on first start."""
     db = Database(cfg.resolved_database_url)
     await asyncio.to_thread(migrate.upgrade, db.engine)
     try:
@@ -217,31 +219,55 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         db.close()
         raise
     if cfg.bootstrap_admin:
-        bootstrap_admin(db, cfg.bootstrap_admin, state_dir)
-    store = BlobStore(cfg.resolved_blob_dir)
-    catalog = load_catalog()
-    assets = await asyncio.to_thread(capsule_assets.load, cfg.capsule_dir.expanduser().resolve(), store)
-    executors = ExecutorPool(cfg.fleets, cfg.executor_deadline_seconds, channel_credentials(cfg.tls))
-    verifier = auth.TokenVerifier(db)
-    notifier = Notifier()
-    ctx = Context(
-        cfg=cfg,
-        db=db,
-        store=store,
-        catalog=catalog,
-        assets=assets,
-        executors=executors,
-        notifier=notifier,
-        verifier=verifier,
-        replica_id=secrets.token_hex(6),
-        public_address="",
-        keyring=keyring,
-        masks=secret_store.MaskCache(keyring),
-        ca_pem=job_ca_pem(cfg.tls),
+        bootstrap_admin(db, cfg.bootstrap_admin, cfg.resolved_state_dir)
+    return db, keyring
+
+
+def _start_ops(
+    cfg: ControlConfig, store: BlobStore, verifier: auth.TokenVerifier, blob_access: BlobAccess
+) -> OpsServer | None:
+    """The HTTP port (/healthz, /metrics, blobs, the UI), started; None when none is configured."""
+    http_listen = cfg.http_listen or ("127.0.0.1:0" if cfg.ui_listen else "")
+    if not http_listen:
+        return None
+    ops = OpsServer(
+        http_listen,
+        store,
+        verifier,
+        blob_access,
+        asyncio.get_running_loop(),
+        ui_dir=cfg.ui_dir,
+        ssl_context=server_ssl_context(cfg.tls),
+        limits=HttpLimits(
+            max_connections=cfg.http_max_connections,
+            header_timeout=cfg.http_header_timeout_seconds,
+            idle_timeout=cfg.http_idle_timeout_seconds,
+            max_header_bytes=cfg.http_max_header_bytes,
+            max_pending=cfg.http_max_pending_connections,
+        ),
     )
-    run_blobs = RunBlobs(db)
-    blob_access = BlobAccess(db, run_blobs.allowed)
-    services = [
+    ops.start()
+    return ops
+
+
+def _http_url(cfg: ControlConfig, ops: OpsServer | None) -> str:
+    """The HTTP port's base URL as pods reach it ("" without one)."""
+    if ops is None:
+        return ""
+    if cfg.public_http_url:
+        return cfg.public_http_url
+    host = _loopback_if_wildcard((cfg.http_listen or "127.0.0.1:0").rsplit(":", 1)[0])
+    return f"{'https' if cfg.tls.serving else 'http'}://{host}:{ops.port}"
+
+
+def _grpc_address(cfg: ControlConfig, port: int) -> str:
+    """The gRPC address jobs and executors dial."""
+    return cfg.public_address or f"{_loopback_if_wildcard(cfg.listen.rsplit(':', 1)[0])}:{port}"
+
+
+def _services(ctx: Context, blob_access: BlobAccess) -> list[Service]:
+    """Every gRPC service of the control plane (adapters over ctx)."""
+    return [
         service(
             ControlServicer(ctx),
             control_service_pb2_grpc.add_ControlServiceServicer_to_server,
@@ -253,17 +279,17 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"],
         ),
         service(
-            BlobServicer(store, blob_access),
+            BlobServicer(ctx.store, blob_access),
             blob_service_pb2_grpc.add_BlobServiceServicer_to_server,
             blob_service_pb2.DESCRIPTOR.services_by_name["BlobService"],
         ),
         service(
-            CatalogServicer(catalog),
+            CatalogServicer(ctx.catalog),
             catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server,
             catalog_service_pb2.DESCRIPTOR.services_by_name["CatalogService"],
         ),
         service(
-            AccountServicer(db, verifier),
+            AccountServicer(ctx.db, ctx.verifier),
             account_service_pb2_grpc.add_AccountServiceServicer_to_server,
             account_service_pb2.DESCRIPTOR.services_by_name["AccountService"],
         ),
@@ -288,52 +314,91 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
             node_registry_service_pb2.DESCRIPTOR.services_by_name["NodeRegistryService"],
         ),
     ]
-    server, port, _health = await create_server(
-        cfg.listen, services, interceptors=[auth.interceptor(verifier)], credentials=server_credentials(cfg.tls)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What the Context is made of that needs no port: loaded (and refused) before any port opens."""
+
+    db: Database
+    keyring: secret_store.Keyring
+    store: BlobStore
+    catalog: Catalog
+    assets: capsule_assets.CapsuleAssets
+    verifier: auth.TokenVerifier
+
+
+async def _load_parts(cfg: ControlConfig) -> _Parts:
+    db, keyring = await _open_ledger(cfg)
+    store = BlobStore(cfg.resolved_blob_dir)
+    try:
+        assets = await asyncio.to_thread(capsule_assets.load, cfg.capsule_dir.expanduser().resolve(), store)
+        catalog = load_catalog()
+    except BaseException:
+        db.close()
+        raise
+    return _Parts(db, keyring, store, catalog, assets, auth.TokenVerifier(db))
+
+
+def _build_context(cfg: ControlConfig, parts: _Parts, public_address: str, public_http_url: str) -> Context:
+    """The shared Context, complete: built once, never assigned to afterwards."""
+    return Context(
+        cfg=cfg,
+        db=parts.db,
+        store=parts.store,
+        catalog=parts.catalog,
+        assets=parts.assets,
+        executors=ExecutorPool(cfg.fleets, cfg.executor_deadline_seconds, channel_credentials(cfg.tls)),
+        notifier=Notifier(),
+        verifier=parts.verifier,
+        replica_id=secrets.token_hex(6),
+        public_address=public_address,
+        public_http_url=public_http_url,
+        keyring=parts.keyring,
+        masks=secret_store.MaskCache(parts.keyring),
+        ca_pem=job_ca_pem(cfg.tls),
     )
-    host = cfg.listen.rsplit(":", 1)[0]
-    ctx.public_address = cfg.public_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
-    ops = None
-    http_listen = cfg.http_listen or ("127.0.0.1:0" if cfg.ui_listen else "")
-    if http_listen:
-        ops = OpsServer(
-            http_listen,
-            store,
-            verifier,
-            blob_access,
-            asyncio.get_running_loop(),
-            ui_dir=cfg.ui_dir,
-            ssl_context=server_ssl_context(cfg.tls),
-            limits=HttpLimits(
-                max_connections=cfg.http_max_connections,
-                header_timeout=cfg.http_header_timeout_seconds,
-                idle_timeout=cfg.http_idle_timeout_seconds,
-                max_header_bytes=cfg.http_max_header_bytes,
-                max_pending=cfg.http_max_pending_connections,
-            ),
-        )
-        ops.start()
-        http_host = http_listen.rsplit(":", 1)[0]
-        http_host = "127.0.0.1" if http_host in ("0.0.0.0", "[::]", "") else http_host
-        scheme = "https" if cfg.tls.serving else "http"
-        ctx.public_http_url = cfg.public_http_url or f"{scheme}://{http_host}:{ops.port}"
-    metrics.install(db)
-    await server.start()
-    front = None
-    if cfg.ui_listen and ops is not None:
-        front = Envoy(state_dir, cfg.ui_listen, f"127.0.0.1:{port}", f"127.0.0.1:{ops.port}", tls=cfg.tls)
-        await asyncio.to_thread(front.start)
-    scheduler = Scheduler(ctx)
-    reconciler = Reconciler(ctx, scheduler)
-    ctx.stop_attempt = lambda attempt_id, fleet: scheduler.spawn(reconciler.stop_attempt(attempt_id, fleet))
-    app = ControlApp(ctx, server, port, scheduler, reconciler, ops=ops, envoy=front)
-    await executors.check_all()
-    await reconciler.tick()  # crash recovery first: catch up with every executor
+
+
+async def _start_envoy(cfg: ControlConfig, port: int, ops: OpsServer | None) -> Envoy | None:
+    """The console's front door (grpc-web + UI) when `ui_listen` is set."""
+    if not cfg.ui_listen or ops is None:
+        return None
+    front = Envoy(cfg.resolved_state_dir, cfg.ui_listen, f"127.0.0.1:{port}", f"127.0.0.1:{ops.port}", tls=cfg.tls)
+    await asyncio.to_thread(front.start)
+    return front
+
+
+async def _run(app: ControlApp) -> None:
+    """Crash recovery first (reconcile every active attempt with its executor), then the loops."""
+    await app.ctx.executors.check_all()
+    await app.reconciler.tick()
     app.tasks = [
-        asyncio.create_task(scheduler.run(app.stop_event)),
-        asyncio.create_task(reconciler.run(app.stop_event)),
+        asyncio.create_task(app.scheduler.run(app.stop_event)),
+        asyncio.create_task(app.reconciler.run(app.stop_event)),
+        asyncio.create_task(app.reconciler.serve_stop_requests(app.stop_event)),
     ]
-    if front is not None:
-        app.tasks.append(asyncio.create_task(supervise_envoy(front, app.stop_event)))
+    if app.envoy is not None:
+        app.tasks.append(asyncio.create_task(supervise_envoy(app.envoy, app.stop_event)))
+
+
+async def start_control(cfg: ControlConfig) -> ControlApp:
+    """Start the control plane: ledger, ports, the shared Context, services, then the loops."""
+    cfg.validate_tls()  # also for configs built in code (the embedded console, `sf up --listen`)
+    cfg.resolved_state_dir.mkdir(parents=True, exist_ok=True)
+    parts = await _load_parts(cfg)
+    blob_access = BlobAccess(parts.db, RunBlobs(parts.db).allowed)
+    server, port = bind_server(
+        cfg.listen, interceptors=[auth.interceptor(parts.verifier)], credentials=server_credentials(cfg.tls)
+    )
+    ops = _start_ops(cfg, parts.store, parts.verifier, blob_access)
+    ctx = _build_context(cfg, parts, _grpc_address(cfg, port), _http_url(cfg, ops))
+    await add_services(server, _services(ctx, blob_access))
+    metrics.install(parts.db)
+    await server.start()
+    front = await _start_envoy(cfg, port, ops)
+    scheduler = Scheduler(ctx)
+    app = ControlApp(ctx, server, port, scheduler, Reconciler(ctx, scheduler), ops=ops, envoy=front)
+    await _run(app)
     log.info("control plane serving on %s (replica %s)", ctx.public_address, ctx.replica_id)
     return app

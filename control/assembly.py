@@ -14,9 +14,9 @@ from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_spec_pb2
 
 from capsule import layout
+from common.labels import LABEL_ATTEMPT, LABEL_JOB
 from control.blobstore import BlobStore
 from control.capsule_assets import CapsuleAssets
-from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB  # label names are part of the contract
 from recipes.catalog import RecipeDecl
 
 

@@ -1,8 +1,13 @@
-"""The control plane's shared components, built once by control.app and handed to each part."""
+"""The control plane's shared components, built once and complete by control.app, handed to each part.
+
+`Context` is frozen: nothing assigns a field after it is built (the gRPC port is bound and the HTTP
+port started before, so the addresses are known; a stop the API asks for goes through
+`StopRequests`, which the reconciler serves).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
 from dataclasses import dataclass, field
 
 from control.auth import TokenVerifier
@@ -16,7 +21,20 @@ from control.secrets import Keyring, MaskCache
 from recipes.catalog import Catalog
 
 
-@dataclass
+class StopRequests:
+    """Attempts to stop on their backends now, as (attempt id, fleet): the API puts, the reconciler takes."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+
+    def put(self, attempt_id: str, fleet: str) -> None:
+        self._queue.put_nowait((attempt_id, fleet))
+
+    async def get(self) -> tuple[str, str]:
+        return await self._queue.get()
+
+
+@dataclass(frozen=True)
 class Context:
     cfg: ControlConfig
     db: Database
@@ -27,6 +45,7 @@ class Context:
     notifier: Notifier
     verifier: TokenVerifier
     replica_id: str
+    # The gRPC address jobs and executors reach this control plane at.
     public_address: str
     # Base URL of the HTTP port (blobs for pods); empty when disabled.
     public_http_url: str = ""
@@ -35,6 +54,5 @@ class Context:
     masks: MaskCache = field(default_factory=lambda: MaskCache(Keyring(None)))
     # PEM CA bundle jobs and executors verify this control plane with; empty: it serves plaintext.
     ca_pem: str = ""
-    # Stop an attempt on its backend now (attempt id, fleet); set by control.app once the
-    # reconciler exists.
-    stop_attempt: Callable[[str, str], None] | None = None
+    # Stops of running attempts the API asked for, served by the reconciler.
+    stop_requests: StopRequests = field(default_factory=StopRequests)

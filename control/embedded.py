@@ -23,6 +23,7 @@ console restart; the console reconciles with them when it comes back.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import getpass
@@ -296,3 +297,25 @@ def run_embedded(
         if ready_file is not None:
             ready_file.unlink(missing_ok=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console process `sf up` starts: `--state-dir DIR --listen ADDR --runtime R [--ready-file F]`."""
+    parser = argparse.ArgumentParser(prog="sf up", description="Run the embedded StarForge console.")
+    parser.add_argument("--state-dir", required=True, type=pathlib.Path)
+    parser.add_argument("--listen", default="127.0.0.1:7070")
+    parser.add_argument("--runtime", default="process", choices=RUNTIMES)
+    parser.add_argument("--ready-file", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    try:
+        return run_embedded(args.state_dir, args.listen, runtime=args.runtime, ready_file=args.ready_file)
+    except ConfigError as exc:
+        print(f"sf up: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"sf up: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -273,8 +273,8 @@ class JobsApi:
             return job_proto(s, job), None
 
         job, target = await self.ctx.db.run(apply)
-        if target is not None and self.ctx.stop_attempt is not None:
-            self.ctx.stop_attempt(*target)
+        if target is not None:
+            self.ctx.stop_requests.put(*target)
         self.ctx.notifier.notify(job.job_id, "reconcile", "schedule")
         return job
 

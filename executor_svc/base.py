@@ -34,14 +34,16 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 from starforge.job.v1 import artifact_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
-from common import errors
+from common import errors, labels
 from executor_svc.attempt_dirs import check_id
 from executor_svc.out_files import Entry, Page
 
-LABEL_JOB = "starforge.dev/job-id"
-LABEL_ATTEMPT = "starforge.dev/attempt-id"
-LABEL_MANAGED = "starforge.dev/managed-by"
-MANAGED_BY = "starforge"
+# The label names live in common/ (the control plane puts them into LaunchRequests too); the
+# executor kinds take them from here.
+LABEL_JOB = labels.LABEL_JOB
+LABEL_ATTEMPT = labels.LABEL_ATTEMPT
+LABEL_MANAGED = labels.LABEL_MANAGED
+MANAGED_BY = labels.MANAGED_BY
 # Which executor instance owns a backend object: its configured name (kuberay, slurm) or a hash
 # of its state dir (local docker). Two executors on one backend never claim each other's objects.
 LABEL_EXECUTOR = "starforge.dev/executor"
@@ -62,11 +64,11 @@ def out_key(request: lr_pb.LaunchRequest) -> str:
 
 def labels_for(request: lr_pb.LaunchRequest) -> dict[str, str]:
     """Labels for every backend object of an attempt (request labels + the three ids)."""
-    labels = dict(request.labels)
-    labels[LABEL_JOB] = request.job_id
-    labels[LABEL_ATTEMPT] = request.attempt_id
-    labels[LABEL_MANAGED] = MANAGED_BY
-    return labels
+    result = dict(request.labels)
+    result[LABEL_JOB] = request.job_id
+    result[LABEL_ATTEMPT] = request.attempt_id
+    result[LABEL_MANAGED] = MANAGED_BY
+    return result
 
 
 @dataclass(frozen=True)

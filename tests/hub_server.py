@@ -27,7 +27,7 @@ class HubRepos:
 @contextlib.contextmanager
 def hub_server(models: HubRepos, datasets: HubRepos | None = None) -> Iterator[str]:
     """Serve the fake Hub on 127.0.0.1:<free>; yields its base URL."""
-    datasets = datasets or HubRepos()
+    hub_datasets = datasets or HubRepos()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -46,7 +46,7 @@ def hub_server(models: HubRepos, datasets: HubRepos | None = None) -> Iterator[s
             if len(parts) < 4 or parts[0] != "api" or parts[1] not in ("models", "datasets"):
                 self._json(404, {"error": "Not Found"})
                 return
-            repos = models if parts[1] == "models" else datasets
+            repos = models if parts[1] == "models" else hub_datasets
             repos.requests.append(self.path)
             repo_id = "/".join(parts[2:4])
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()

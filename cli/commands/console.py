@@ -1,7 +1,8 @@
 """`sf up` / `sf down`: run the embedded console (control plane + local executor) on this machine.
 
-`sf up` runs `control.embedded.run_embedded` in the foreground; `--detach` starts the same
-command as a background process in its own session (output in `<state>/console.log`), waits for
+`sf up` starts the console (`control.embedded`) as a child process and waits for it: the CLI
+never imports the control plane's code (an import-linter contract in `make lint`). `--detach`
+starts the same process in its own session instead (output in `<state>/console.log`), waits for
 its ready file, records its PID in `<state>/console.pid` and its state directory in the client's
 `consoles.yaml` (by address), and logs the client in with the admin token when no console is
 configured yet. `sf down` stops exactly that PID: the one in `--state-dir`, else that of the console
@@ -11,7 +12,6 @@ the client config names, else that of the default state directory.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import pathlib
@@ -37,6 +37,10 @@ DEFAULT_LISTEN = "127.0.0.1:7070"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 30
+# The console process runs this module's `main` (named, never imported, by the CLI) and carries
+# this marker argument, by which `sf down` recognises it.
+CONSOLE_MODULE = "control.embedded"
+CONSOLE_MARKER = b"--state-dir"
 
 
 def default_state_dir(env: Mapping[str, str]) -> pathlib.Path:
@@ -94,12 +98,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_our_console(pid: int) -> bool:
-    """Whether `pid` still is an `sf up --child` process (a recycled PID is not ours)."""
+    """Whether `pid` still is a console process `sf up` started (a recycled PID is not ours)."""
     try:
         parts = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc (macOS): trust the pid file
-    return b"up" in parts and b"--child" in parts
+    return CONSOLE_MARKER in parts and any(CONSOLE_MODULE.encode() in part for part in parts)
 
 
 def adopt_console(state: AppState, info: dict[str, Any], force: bool, out: Output) -> bool:
@@ -152,12 +156,12 @@ def _wait_ready(proc: subprocess.Popen[bytes], ready: pathlib.Path, log: pathlib
 
 
 def _child_command(state_dir: pathlib.Path, listen: str, runtime: str, ready: pathlib.Path) -> list[str]:
-    # Run this very `cli` package in the child, whether or not it is installed on sys.path.
+    """The console process: `control.embedded.main` of this very checkout, installed or not."""
     package_root = str(pathlib.Path(__file__).resolve().parents[2])
-    boot = f"import sys; sys.path.insert(0, {package_root!r}); from cli.main import main; main()"
+    boot = f"import sys; sys.path.insert(0, {package_root!r}); from {CONSOLE_MODULE} import main; sys.exit(main())"
     return [
-        sys.executable, "-c", boot, "up", "--state-dir", str(state_dir), "--listen", listen,
-        "--runtime", runtime, "--ready-file", str(ready), "--child",
+        sys.executable, "-c", boot, "--state-dir", str(state_dir), "--listen", listen,
+        "--runtime", runtime, "--ready-file", str(ready),
     ]  # fmt: skip
 
 
@@ -198,49 +202,54 @@ def up_detached(state: AppState, state_dir: pathlib.Path, listen: str, runtime: 
     adopt_console(state, info, login, out)
 
 
-def up_foreground(
-    state: AppState,
-    state_dir: pathlib.Path,
-    listen: str,
-    runtime: str,
-    ready: pathlib.Path | None,
-    child: bool,
-    login: bool,
-    out: Output,
-) -> int:
-    """Run the console in this process until SIGTERM/SIGINT."""
-    # Imported at run time only: the CLI layer does not depend on the control plane's code
-    # (and `mypy cli` does not type-check it); `sf up` is the one command that embeds it.
+def _announce_when_ready(state: AppState, ready: pathlib.Path, login: bool, out: Output, stop: threading.Event) -> None:
+    """Say where the console serves once its ready file appears, and save the client config."""
+    while not stop.is_set():
+        info = read_ready(ready)
+        if info is not None:
+            out.success(f"console ready at {client_address(str(info['address']))}; Ctrl-C stops it")
+            try:
+                adopt_console(state, info, login, out)
+            except (CliError, OSError) as exc:  # the console keeps running; just say why
+                out.warn(f"could not save the client config: {exc}")
+            return
+        stop.wait(0.2)
+
+
+def _wait_child(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the console process; SIGTERM or Ctrl-C of `sf up` stop it (its own PID only)."""
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
     try:
-        run_embedded = importlib.import_module("control.embedded").run_embedded
-    except (ImportError, AttributeError) as exc:
-        raise CliError(f"the embedded console is not available in this installation ({exc})") from None
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # the terminal sent SIGINT to the child too; make sure
+                forward(signal.SIGTERM, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def up_foreground(state: AppState, state_dir: pathlib.Path, listen: str, runtime: str, login: bool, out: Output) -> int:
+    """Run the console as a child process until SIGTERM/SIGINT; its exit code."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ready_file = ready or state_dir / READY_FILE
-    ready_file.unlink(missing_ok=True)
+    ready = state_dir / READY_FILE
+    ready.unlink(missing_ok=True)
+    out.info(f"starting the console on {listen} (state in {state_dir})")
+    proc = subprocess.Popen(_child_command(state_dir, listen, runtime, ready), stdin=subprocess.DEVNULL)
     stop = threading.Event()
-    if not child:
-
-        def announce() -> None:
-            while not stop.is_set():
-                info = read_ready(ready_file)
-                if info is not None:
-                    out.success(f"console ready at {client_address(str(info['address']))}; Ctrl-C stops it")
-                    try:
-                        adopt_console(state, info, login, out)
-                    except (CliError, OSError) as exc:  # the console keeps running; just say why
-                        out.warn(f"could not save the client config: {exc}")
-                    return
-                stop.wait(0.2)
-
-        threading.Thread(target=announce, name="sf-up-ready", daemon=True).start()
-        out.info(f"starting the console on {listen} (state in {state_dir})")
+    threading.Thread(
+        target=_announce_when_ready, args=(state, ready, login, out, stop), name="sf-up-ready", daemon=True
+    ).start()
     try:
-        return int(run_embedded(state_dir, listen, runtime=runtime, ready_file=ready_file))
+        return _wait_child(proc)
     finally:
         stop.set()
-        if not child:
-            ready_file.unlink(missing_ok=True)
+        ready.unlink(missing_ok=True)
 
 
 def down(state_dir: pathlib.Path, out: Output, timeout: float = STOP_TIMEOUT_S) -> None:
@@ -298,8 +307,6 @@ def register(app: typer.Typer) -> None:
         login: Annotated[
             bool, typer.Option("--login", help="Point the client config at this console even if one is set.")
         ] = False,
-        ready_file: Annotated[pathlib.Path | None, typer.Option("--ready-file", hidden=True)] = None,
-        child: Annotated[bool, typer.Option("--child", hidden=True)] = False,
     ) -> None:
         """Run a console (control plane + local executor) on this machine.
 
@@ -313,10 +320,10 @@ def register(app: typer.Typer) -> None:
         if runtime not in ("process", "docker"):
             raise usage(f"--runtime {runtime!r}: expected process or docker")
         directory = (state_dir or default_state_dir(st.env)).expanduser().resolve()
-        if detach and not child:
+        if detach:
             up_detached(st, directory, listen, runtime, login, out)
             return
-        rc = up_foreground(st, directory, listen, runtime, ready_file, child, login, out)
+        rc = up_foreground(st, directory, listen, runtime, login, out)
         if rc:
             raise typer.Exit(rc)
 

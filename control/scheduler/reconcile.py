@@ -67,6 +67,12 @@ class Reconciler:
                 log.exception("reconcile cycle failed")
             await self.ctx.notifier.wait("reconcile", self.ctx.cfg.reconcile_interval_seconds)
 
+    async def serve_stop_requests(self, stop: asyncio.Event) -> None:
+        """Stop at once the attempts the API asked to stop (`Context.stop_requests`), until `stop`."""
+        while not stop.is_set():
+            attempt_id, fleet = await self.ctx.stop_requests.get()
+            self.scheduler.spawn(self.stop_attempt(attempt_id, fleet))
+
     async def tick(self) -> None:
         now = time.time()
         if now - self._last_fleet_check > FLEET_CHECK_SECONDS:

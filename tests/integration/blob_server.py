@@ -36,7 +36,7 @@ async def blob_server(root: pathlib.Path) -> AsyncIterator[BlobServer]:
         token, _ = auth.issue_token(s, "tester", "pat", name="tests")  # type: ignore[arg-type]
         return token
 
-    token = db.run_sync(make_token)  # type: ignore[arg-type]
+    token = db.run_sync(make_token)
     store = BlobStore(root / "blobs")
 
     async def allow_all(job_id: str, digest: str) -> bool:

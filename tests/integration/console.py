@@ -100,7 +100,8 @@ class Console:
         r = await cat_grpc.CatalogServiceStub(self.channel).ResolveLock(
             cat.ResolveLockRequest(method=method), metadata=self.md
         )
-        return r.lock
+        lock: job_spec_pb2.RecipeLock = r.lock
+        return lock
 
     async def upload(self, files: Mapping[str, bytes], executable: set[str]) -> workspace_pb2.WorkspaceManifest:
         manifest = workspace_pb2.WorkspaceManifest()
@@ -140,10 +141,12 @@ class Console:
             **spec_fields,
         )
         r = await self.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec), metadata=self.md)
-        return r.job
+        job: job_pb2.Job = r.job
+        return job
 
     async def get(self, job_id: str) -> job_pb2.Job:
-        return (await self.jobs.GetJob(ctl.GetJobRequest(job_id=job_id), metadata=self.md)).job
+        job: job_pb2.Job = (await self.jobs.GetJob(ctl.GetJobRequest(job_id=job_id), metadata=self.md)).job
+        return job
 
     async def wait(self, job_id: str, *states: int, timeout: float = 60.0) -> job_pb2.Job:
         deadline = time.monotonic() + timeout
@@ -216,7 +219,7 @@ class Console:
         return lab
 
     async def logs(self, job_id: str) -> list[str]:
-        out = []
+        out: list[str] = []
         async for r in self.jobs.StreamJobLogs(ctl.StreamJobLogsRequest(job_id=job_id), metadata=self.md):
             out.extend(line.text for line in r.lines)
         return out

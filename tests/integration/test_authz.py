@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
 import grpc
 import pytest
@@ -21,6 +23,7 @@ from starforge.ingest.v1 import ingest_service_pb2_grpc as ing_grpc
 from common.channel import bearer
 from common.rpc_status import from_rpc_error
 from control import auth
+from control.db import models as m
 from tests.integration.console import console
 
 # Console-level: each test runs with its ledger on SQLite and on PostgreSQL.
@@ -29,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("ledger")
 SLEEP = "#!/usr/bin/env bash\nsleep 30\n"
 
 
-async def _refused(call, code: grpc.StatusCode, text: str) -> None:  # type: ignore[no-untyped-def]
+async def _refused(call: Awaitable[object], code: grpc.StatusCode, text: str) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await call
     assert e.value.code() == code, e.value
@@ -43,7 +46,9 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
         bob = (await accounts.CreateUser(acc.CreateUserRequest(name="bob"), metadata=c.md)).token
         job = await c.submit_custom(SLEEP)
         other = await c.submit_custom(SLEEP, experiment="other")
-        get = lambda md: c.jobs.GetJob(ctl.GetJobRequest(job_id=job.job_id), metadata=md)  # noqa: E731
+
+        def get(md: Any) -> Any:
+            return c.jobs.GetJob(ctl.GetJobRequest(job_id=job.job_id), metadata=md)
 
         # no token, garbage, a well-formed unknown token
         await _refused(get(()), grpc.StatusCode.UNAUTHENTICATED, "no token: run `sf login`")
@@ -99,7 +104,7 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
             "this run token belongs to another attempt",
         )
 
-        async def one_batch():  # type: ignore[no-untyped-def]
+        async def one_batch() -> AsyncIterator[ing.ReportRequest]:
             yield ing.ReportRequest(attempt_id=other_attempt, records=[])
 
         with pytest.raises(grpc.aio.AioRpcError) as e:
@@ -123,7 +128,7 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
         await c.jobs.StopJob(ctl.StopJobRequest(job_id=job.job_id), metadata=c.md)
         await c.wait(job.job_id, 7, timeout=30)
         rows = await c.app.ctx.db.run(
-            lambda s: [t.expires_at for t in s.query(auth.m.Token).filter(auth.m.Token.job_id == job.job_id)]
+            lambda s: [t.expires_at for t in s.query(m.Token).filter(m.Token.job_id == job.job_id)]
         )
         assert rows and all(x is not None for x in rows)
         await c.jobs.StopJob(ctl.StopJobRequest(job_id=other.job_id), metadata=c.md)

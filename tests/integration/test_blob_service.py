@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -15,13 +16,14 @@ from tests.integration.blob_server import blob_server
 
 
 async def _upload(stub: pb_grpc.BlobServiceStub, token: str, blobs: list[bytes]) -> pb.UploadBlobsResponse:
-    async def chunks():
+    async def chunks() -> AsyncIterator[pb.UploadBlobsRequest]:
         for b in blobs:
             d = hashlib.sha256(b).hexdigest()
             yield pb.UploadBlobsRequest(digest=d, size=len(b), data=b[: len(b) // 2])
             yield pb.UploadBlobsRequest(digest=d, data=b[len(b) // 2 :], finish=True)
 
-    return await stub.UploadBlobs(chunks(), metadata=bearer(token), timeout=10)
+    response: pb.UploadBlobsResponse = await stub.UploadBlobs(chunks(), metadata=bearer(token), timeout=10)
+    return response
 
 
 async def test_upload_dedup_and_read(tmp_path: pathlib.Path) -> None:
@@ -48,7 +50,7 @@ async def test_digest_mismatch_refused_and_nothing_stored(tmp_path: pathlib.Path
         stub = pb_grpc.BlobServiceStub(ch)
         wrong = "0" * 64
 
-        async def chunks():
+        async def chunks() -> AsyncIterator[pb.UploadBlobsRequest]:
             yield pb.UploadBlobsRequest(digest=wrong, size=3, data=b"abc", finish=True)
 
         with pytest.raises(grpc.aio.AioRpcError) as e:

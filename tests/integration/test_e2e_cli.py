@@ -122,6 +122,7 @@ async def test_submit_with_upgrade_recipe_rewrites_a_stale_lock_and_queues_the_j
         assert job["provenance"]["recipe_digest"] == current["digest"]
         jobs = json.loads((await c.sf_async("-o", "json", "job", "ls")).stdout)
         listed = jobs.get("jobs") if isinstance(jobs, dict) else jobs
+        assert listed is not None, jobs
         assert [j["job_id"] for j in listed] == [job["job_id"]]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -91,7 +91,8 @@ async def test_kuberay_through_sf(tmp_path: pathlib.Path, kube: Kube) -> None:
         job_id = await _submit(c, lab, "exp", "--profile", "h100:8")
         pending = await c.wait(job_id, st.JOB_STATE_PENDING, timeout=60)
         name = rayjob_name(pending.attempts[-1].attempt_id)
-        assert api.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)["spec"]["entrypoint"]
+        rayjob = cast(dict[str, Any], api.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name))
+        assert rayjob["spec"]["entrypoint"]
         head = {"rayClusterStatus": {"head": {"podName": f"{name}-head-x7k2p"}}}
         await asyncio.to_thread(operator, name, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"} | head)
         await c.wait(job_id, st.JOB_STATE_RUNNING, timeout=30)
@@ -113,7 +114,9 @@ async def test_kuberay_through_sf(tmp_path: pathlib.Path, kube: Kube) -> None:
         stopped = await c.wait(job_id, st.JOB_STATE_STOPPED, timeout=60)
         assert stopped.attempts[-1].state == st.JOB_STATE_STOPPED
         try:
-            obj = api.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
+            obj = cast(
+                dict[str, Any] | None, api.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
+            )
         except ApiException as e:
             obj, status = None, e.status
         else:

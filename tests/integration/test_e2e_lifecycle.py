@@ -41,7 +41,8 @@ def _session_members(sid: int) -> list[int]:
 
 
 def _attempt_record(c: Console, attempt_id: str) -> dict:  # type: ignore[type-arg]
-    return json.loads((c.root / "executor" / "attempts" / attempt_id / "attempt.json").read_text())
+    record: dict[str, object] = json.loads((c.root / "executor" / "attempts" / attempt_id / "attempt.json").read_text())
+    return record
 
 
 async def test_stop_ends_stopped_and_kills_every_process(tmp_path: pathlib.Path) -> None:

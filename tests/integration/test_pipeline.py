@@ -8,6 +8,7 @@ import pathlib
 
 import pytest
 from starforge.control.v1 import control_service_pb2 as ctl
+from starforge.job.v1 import job_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import console
@@ -20,7 +21,7 @@ EXPORT = '#!/usr/bin/env bash\nset -e\ncat "$FORGE_OUT_DIR/checkpoints/final.txt
 EVAL = '#!/usr/bin/env bash\nset -e\ntest -f "$FORGE_OUT_DIR/exported.txt"\necho "eval ok"\n'
 
 
-async def _pipeline(c, lab: pathlib.Path) -> list:  # type: ignore[no-untyped-def]
+async def _pipeline(c, lab: pathlib.Path) -> list[job_pb2.Job]:  # type: ignore[no-untyped-def]
     r = await c.sf_async("-o", "json", "submit", "exp", "--then", "export", "--then", "eval", cwd=lab)
     out = json.loads(r.stdout)
     root = (out.get("job") or out)["job_id"]

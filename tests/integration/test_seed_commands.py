@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -75,7 +75,7 @@ async def _dispatched(c: Console, job: job_pb2.Job) -> tuple[dict[str, Any], dic
     rayjob = api.get_namespaced_custom_object(
         "ray.io", "v1", c.extra["namespace"], "rayjobs", rayjob_name(attempt.attempt_id)
     )
-    return capsule, rayjob
+    return capsule, cast(dict[str, Any], rayjob)
 
 
 def _gpus(container: dict[str, Any]) -> int:

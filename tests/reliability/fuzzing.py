@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import string
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -160,6 +160,7 @@ def scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     if t == F.TYPE_BOOL:
         return st.booleans()
     if t == F.TYPE_ENUM:
+        assert field.enum_type is not None
         known = [v.number for v in field.enum_type.values]
         return st.one_of(st.sampled_from(known), st.integers(-3, 500))
     if t in _INT_RANGES:
@@ -172,7 +173,7 @@ def scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
 
 
 def message_class(desc: Descriptor) -> type[Message]:
-    return message_factory.GetMessageClass(desc)  # type: ignore[no-any-return]
+    return message_factory.GetMessageClass(desc)
 
 
 @st.composite
@@ -219,5 +220,5 @@ def mutated(base: Message) -> st.SearchStrategy[Message]:
         out.MergeFrom(part)
         return out
 
-    random_part = messages(base.DESCRIPTOR)
+    random_part = messages(cast(Descriptor, base.DESCRIPTOR))
     return st.one_of(random_part.map(merge), random_part.map(merge), random_part)

@@ -20,7 +20,7 @@ import contextlib
 import pathlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 from starforge.control.v1 import control_service_pb2 as ctl
@@ -133,7 +133,7 @@ class Latency:
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
-        calls = (
+        calls: tuple[Callable[[], Awaitable[object]], ...] = (
             lambda: self.c.jobs.GetJob(ctl.GetJobRequest(job_id=self.job_id), metadata=self.c.md, timeout=1.0),
             lambda: self.c.jobs.ListJobs(ctl.ListJobsRequest(page_size=100), metadata=self.c.md, timeout=1.0),
         )

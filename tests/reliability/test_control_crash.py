@@ -39,8 +39,13 @@ async def test_sigkill_during_dispatch_loses_nothing_and_launches_nothing_twice(
         token = (tmp_path / "console" / "admin-token").read_text().strip()
         channel = aio_channel(control.address)
         c = Console(
-            app=None, token=token, root=tmp_path, executor=executor, executor_address=executor_address, channel=channel
-        )  # type: ignore[arg-type]
+            app=None,  # type: ignore[arg-type]
+            token=token,
+            root=tmp_path,
+            executor=executor,
+            executor_address=executor_address,
+            channel=channel,
+        )
         # one upload, then 200 submissions of the same small lab
         first = await c.submit_custom("#!/usr/bin/env bash\necho run $FORGE_ATTEMPT_ID\n", experiment="e")
         spec = (await c.get(first.job_id)).spec

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import pathlib
 import signal
@@ -117,12 +118,12 @@ async def test_envoy_sigkill_is_restarted_and_grpc_web_followers_lose_and_repeat
             tasks = [asyncio.ensure_future(follower.run()), asyncio.ensure_future(pinger.run())]
             try:
                 for want in (10, 40):  # mid-stream, twice
-                    await until(lambda w=want: _count_at_least(follower, w), timeout=60, what=f"{want} lines")
+                    await until(functools.partial(_count_at_least, follower, want), timeout=60, what=f"{want} lines")
                     pid = c.app.envoy.proc.pid
                     pids.append(pid)
                     kills.append(time.monotonic())
                     os.kill(pid, signal.SIGKILL)
-                    await until(lambda p=pid: _alive_again(c, p), timeout=15, what="envoy to be restarted")
+                    await until(functools.partial(_alive_again, c, pid), timeout=15, what="envoy to be restarted")
                 await asyncio.wait_for(tasks[0], 120)
                 await asyncio.sleep(0.5)  # a few more pings on the last envoy
             finally:
@@ -138,8 +139,8 @@ async def test_envoy_sigkill_is_restarted_and_grpc_web_followers_lose_and_repeat
     assert [ln for ln in follower.lines if ln.startswith("line ")] == [f"line {i}" for i in range(1, STEPS + 1)]
     assert follower.reconnects >= 2 and follower.final == st.JOB_STATE_SUCCEEDED
     # grpc-web failed while envoy was down and came back within seconds, each time
-    for t in kills:
-        back = pinger.recovered_after(t)
+    for killed_at in kills:
+        back = pinger.recovered_after(killed_at)
         assert back is not None and back < 10, (back, pinger.samples[-20:])
     assert pinger.samples[-1][1]
     # the killed envoys are gone, and the control plane stopped the last one when it stopped

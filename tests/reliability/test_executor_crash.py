@@ -21,6 +21,7 @@ import time
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_state_pb2 as st
@@ -145,7 +146,7 @@ async def _exists(path: pathlib.Path) -> bool:
 
 
 async def _count(db: Database, state: int) -> int:
-    return int(
-        await db.run(lambda s: s.scalar(select(func.count()).select_from(m.Attempt).where(m.Attempt.state == state)))
-        or 0
-    )
+    def count(s: Session) -> int:
+        return s.scalar(select(func.count()).select_from(m.Attempt).where(m.Attempt.state == state)) or 0
+
+    return await db.run(count)

@@ -12,6 +12,7 @@ event log shows one container start per attempt; every log line and metric point
 from __future__ import annotations
 
 import asyncio
+import functools
 import pathlib
 import random
 import time
@@ -65,7 +66,7 @@ async def test_forgelet_sigkill_under_load_loses_nothing_and_starts_nothing_twic
             if i % 2 or kills >= KILLS:
                 continue
             if kills % 2 == 0:  # both nodes die while this job's launch is in flight
-                await until(lambda j=r.job.job_id: _dispatched(c, j), timeout=30, what="a dispatch")
+                await until(functools.partial(_dispatched, c, r.job.job_id), timeout=30, what="a dispatch")
                 victims = list(fleet.values())
             else:  # one node dies at a random moment
                 await asyncio.sleep(rng.uniform(0.0, 1.5))

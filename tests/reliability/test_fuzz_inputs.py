@@ -45,7 +45,7 @@ from cli import pack
 from cli.errors import CliError
 from cli.lab import LabSettings, load_settings
 from cli.main import app
-from common import errors
+from common import errors, sensitive
 from common.config import ConfigError
 from control import admission
 from control import config as control_config
@@ -141,7 +141,7 @@ def test_the_base_spec_is_admitted(world: AdmissionWorld) -> None:
 @given(data=st.data())
 def test_admission_refuses_random_job_specs_cleanly(world: AdmissionWorld, data: st.DataObject) -> None:
     spec = data.draw(mutated(world.base))
-    _admit(world, spec, data.draw(st.sampled_from([ADMIN, ALICE])))
+    _admit(world, typing.cast(job_spec_pb2.JobSpec, spec), data.draw(st.sampled_from([ADMIN, ALICE])))
 
 
 @fuzz_settings(150)
@@ -218,9 +218,9 @@ def test_materialize_writes_nothing_outside_the_attempt(
     for d in (capsule_dir, workspace_dir, datasets_dir):  # and inside, no file went through a link
         for dirpath, _dirs, files in os.walk(d):
             for f in files:
-                p = pathlib.Path(dirpath) / f
-                if not p.is_symlink():
-                    assert p.resolve().is_relative_to(d.resolve()), p
+                file = pathlib.Path(dirpath) / f
+                if not file.is_symlink():
+                    assert file.resolve().is_relative_to(d.resolve()), file
 
 
 # -- packing ------------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def test_pack_refuses_or_packs_odd_file_names(tmp_path_factory: pytest.TempPathF
         refused = e
     else:
         for f in packed.manifest.files:  # what the packer lets through, the console and executor accept
-            assert admission.bad_path(f.path) is None, f.path
+            assert sensitive.bad_path(f.path) is None, f.path
             bundle.check_relative_path(f.path, "p")
         return
     assert refused.exit_code == 2
@@ -353,7 +353,7 @@ def argv(draw: st.DrawFn) -> list[str]:
     path, opts, positional = draw(st.sampled_from(COMMANDS))
     args = list(path)
     for _ in range(draw(st.integers(0, 4))):
-        if opts and draw(st.booleans()):
+        if bool(opts) and draw(st.booleans()):
             args.append(draw(st.sampled_from(opts)))
             if draw(st.booleans()):
                 args.append(draw(st.one_of(st.sampled_from(OPTION_VALUES), text())))
@@ -437,7 +437,7 @@ def _for_type(tp: Any, depth: int) -> st.SearchStrategy[Any]:
 def _doc(cls: type, depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
     hints = typing.get_type_hints(cls)
     fields = {f.name: st.one_of(_for_type(hints[f.name], depth), _anything()) for f in dataclasses.fields(cls)}
-    return st.fixed_dictionaries({}, optional=fields)  # type: ignore[arg-type]
+    return st.fixed_dictionaries({}, optional=fields)
 
 
 def _yaml(doc: st.SearchStrategy[Any]) -> st.SearchStrategy[str]:

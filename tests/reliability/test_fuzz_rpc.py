@@ -27,11 +27,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
-from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
+from google.protobuf.descriptor import Descriptor, MethodDescriptor, ServiceDescriptor
 from hypothesis import given
 from hypothesis import strategies as st
 from starforge.catalog.v1 import catalog_service_pb2
@@ -250,8 +250,8 @@ def _call(s: Servers, where: str, method: MethodDescriptor, requests: list[Any])
             else:
                 ch.unary_unary(path, **kw)(requests[0], metadata=md, timeout=timeout)
         except grpc.RpcError as e:
-            code: grpc.StatusCode = e.code()  # type: ignore[attr-defined]
-            details = e.details() or ""  # type: ignore[attr-defined]
+            code: grpc.StatusCode = e.code()
+            details = e.details() or ""
         else:
             return grpc.StatusCode.OK
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and streaming:
@@ -298,7 +298,10 @@ def test_ingest_stores_or_refuses_random_records_cleanly(servers: Servers, data:
     with grpc.insecure_channel(servers.console, options=OPTIONS) as ch:
         stub = ingest_grpc.IngestServiceStub(ch)
         acked = stub.GetCursor(ingest_pb.GetCursorRequest(attempt_id=attempt_id), metadata=md, timeout=10).acked_seq
-        records = data.draw(st.lists(messages(ingest_pb.Record.DESCRIPTOR), min_size=1, max_size=4))
+        records = cast(
+            list[ingest_pb.Record],
+            data.draw(st.lists(messages(cast(Descriptor, ingest_pb.Record.DESCRIPTOR)), min_size=1, max_size=4)),
+        )
         for i, r in enumerate(records):
             r.seq = acked + 1 + i
         try:
@@ -307,7 +310,7 @@ def test_ingest_stores_or_refuses_random_records_cleanly(servers: Servers, data:
             ):
                 pass
         except grpc.RpcError as e:
-            refused = (e.code(), e.details())  # type: ignore[attr-defined]
+            refused = (e.code(), e.details())
         else:
             return
     assert refused[0] in CLEAN, refused
@@ -367,12 +370,12 @@ def test_submit_job_refuses_random_specs_cleanly(servers: Servers, data: st.Data
     with grpc.insecure_channel(servers.console, options=OPTIONS) as ch:
         try:
             ctl_grpc.ControlServiceStub(ch).SubmitJob(
-                ctl.SubmitJobRequest(spec=spec, dry_run=True, request_id=data.draw(text())),
+                ctl.SubmitJobRequest(spec=cast(job_spec_pb2.JobSpec, spec), dry_run=True, request_id=data.draw(text())),
                 metadata=bearer(servers.token),
                 timeout=10,
             )
         except grpc.RpcError as e:
-            refused = (e.code(), e.details())  # type: ignore[attr-defined]
+            refused = (e.code(), e.details())
         else:
             return
     assert refused[0] in ADMISSION_REFUSALS, refused
@@ -416,7 +419,7 @@ def _upload(
         try:
             blob_grpc.BlobServiceStub(ch).UploadBlobs(gen(), metadata=bearer(s.token), timeout=timeout)
         except grpc.RpcError as e:
-            return e.code()  # type: ignore[attr-defined,no-any-return]
+            return e.code()
     return grpc.StatusCode.OK
 
 

@@ -32,6 +32,7 @@ import pathlib
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import pytest
@@ -157,15 +158,21 @@ async def test_soak_followers_and_reporting_runs_memory_flat_latency_holds(tmp_p
     samples: list[Sample] = []
     try:
         c = Console(
-            app=None, token=control.token, root=tmp_path, executor=None, executor_address="", channel=soak.channels[0]
-        )  # type: ignore[arg-type]
+            app=None,  # type: ignore[arg-type]
+            token=control.token,
+            root=tmp_path,
+            executor=None,
+            executor_address="",
+            channel=soak.channels[0],
+        )
         job_ids = await submit_many(c, RUNS, train_sh(stop_file))
 
         async def all_running() -> bool:
             r = await c.jobs.ListJobs(ctl.ListJobsRequest(page_size=1000), metadata=c.md, timeout=30)
             bad = [j for j in r.jobs if j.state in (st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)]
             assert not bad, [(j.job_id, j.diagnosis.summary) for j in bad[:5]]
-            return sum(j.state == st.JOB_STATE_RUNNING for j in r.jobs) == RUNS
+            running: int = sum(j.state == st.JOB_STATE_RUNNING for j in r.jobs)
+            return running == RUNS
 
         await until(all_running, timeout=600, what=f"{RUNS} runs to be RUNNING")
         followers = [Follower(job_ids[i % RUNS]) for i in range(FOLLOWERS)]
@@ -236,7 +243,7 @@ async def test_soak_followers_and_reporting_runs_memory_flat_latency_holds(tmp_p
     assert figures["p99_ms"] < 5000, figures
 
 
-def _figures(samples: list[Sample]) -> dict[str, object]:
+def _figures(samples: list[Sample]) -> dict[str, Any]:
     all_lat = [x for s in samples for x in s.latencies]
     quarters = []
     for k in range(4):

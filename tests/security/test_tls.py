@@ -98,7 +98,7 @@ class Stack:
     ) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(self.sf, *args, cwd=cwd, **client)
 
-    def trusted(self) -> dict[str, str]:
+    def trusted(self) -> dict[str, Any]:
         """The client config of a user who has the deployment's CA."""
         return {"console": self.tap.address, "token": self.console.token, "ca_file": str(self.pki.ca)}
 
@@ -147,7 +147,10 @@ async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool) -> AsyncItera
     proc, executor_address = start_executor_process(
         root, executor_config(root, pki, control, mutual=mutual), kind="agent"
     )
-    control_tls = client_tls(pki, mutual=mutual) | {"cert_file": str(pki.leaf.cert), "key_file": str(pki.leaf.key)}
+    control_tls: dict[str, Any] = client_tls(pki, mutual=mutual) | {
+        "cert_file": str(pki.leaf.cert),
+        "key_file": str(pki.leaf.key),
+    }
     cfg = ControlConfig(
         listen=control,
         public_address=tap.address,  # jobs and the executor's blob fetches cross the tap too

@@ -156,7 +156,7 @@ def crdserver(run_dir: pathlib.Path) -> Iterator[Kube]:
                 f"logs: {run_dir / 'crdserver.log'}, {run_dir / 'etcd.log'}"
             )
         kubeconfig = pathlib.Path(proc.stdout.split("KUBECONFIG=")[-1].strip())
-        api = config.new_client_from_config(config_file=str(kubeconfig))
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
         try:
             apply_crds(api, k8s)
         except Exception as exc:
@@ -164,7 +164,7 @@ def crdserver(run_dir: pathlib.Path) -> Iterator[Kube]:
         yield Kube(kubeconfig, api, run_dir, f"https://127.0.0.1:{api_port}")
     finally:
         if api is not None:
-            api.close()
+            api.close()  # type: ignore[no-untyped-call]
         stop_pids(run_dir)
 
 

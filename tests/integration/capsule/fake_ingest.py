@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from starforge.ingest.v1 import ingest_service_pb2 as pb
@@ -35,20 +36,22 @@ class FakeIngest(pb_grpc.IngestServiceServicer):
 
     # -- service ---------------------------------------------------------------------------
 
-    async def _check(self, context: grpc.aio.ServicerContext, attempt_id: str) -> None:
+    async def _check(self, context: grpc.aio.ServicerContext[Any, Any], attempt_id: str) -> None:
         metadata = dict(context.invocation_metadata() or ())
         if metadata.get("authorization") != f"Bearer {self.token}":
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad ingest token")
         if attempt_id != self.attempt_id:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"token is not for {attempt_id}")
 
-    async def GetCursor(self, request: pb.GetCursorRequest, context: grpc.aio.ServicerContext) -> pb.GetCursorResponse:
+    async def GetCursor(
+        self, request: pb.GetCursorRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetCursorResponse:
         await self._check(context, request.attempt_id)
         self.cursor_calls += 1
         return pb.GetCursorResponse(acked_seq=self.acked)
 
     async def Report(
-        self, request_iterator: AsyncIterator[pb.ReportRequest], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[pb.ReportRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ReportResponse]:
         self.report_streams += 1
         checked = False

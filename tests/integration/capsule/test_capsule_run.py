@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 import pytest
+from starforge.ingest.v1 import ingest_service_pb2 as ingest_pb
 
 from .fake_ingest import FakeIngest
 from .harness import Bootstrap, lay_out, run_capsule
@@ -217,7 +218,7 @@ async def test_console_stop_signal_stops_the_command(
     try:
         pids = await _read_pids(launch)
         await _wait_for(lambda: any(line.startswith("tick") for line in ingest.stdout()), 60, "ticks")
-        ingest.signal = 1  # CONTROL_SIGNAL_STOP
+        ingest.signal = ingest_pb.CONTROL_SIGNAL_STOP
         result = await boot.result(30)
     finally:
         boot.kill()

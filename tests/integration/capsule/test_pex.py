@@ -21,7 +21,7 @@ PURE_WHEEL = re.compile(r"^[A-Za-z0-9_.]+-[^-]+-(py3|py2\.py3)-none-any\.whl$")
 
 
 def runner_path(manifest: dict[str, Any]) -> pathlib.Path:
-    return BUILD_DIR / manifest["runner"]["path"]
+    return BUILD_DIR / str(manifest["runner"]["path"])
 
 
 def test_every_wheel_in_the_pex_is_pure(capsule_manifest: dict[str, Any]) -> None:

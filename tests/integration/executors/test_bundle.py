@@ -23,7 +23,7 @@ def _dirs(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.P
 
 
 async def test_materialize_places_every_file_from_the_cache(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
-    workspace = {
+    workspace: dict[str, bytes | tuple[bytes, bool]] = {
         "train.sh": (b"#!/bin/sh\necho train\n", True),
         "experiments/demo/config.yaml": b"lr: 0.1\n",
         "same-content-a.txt": b"twin\n",
@@ -44,7 +44,10 @@ async def test_materialize_places_every_file_from_the_cache(blobs: BlobServer, t
     assert (capsule_dir / "bootstrap.sh").read_bytes() == b"echo hi\n"
     assert (workspace_dir / "experiments/demo/config.yaml").read_bytes() == b"lr: 0.1\n"
     assert (datasets_dir / "train" / "part-0.jsonl").read_bytes() == data
-    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+
+    def mode(p: pathlib.Path) -> int:
+        return stat.S_IMODE(p.stat().st_mode)
+
     # capsule and dataset files are read-only, workspace files the job's
     assert mode(capsule_dir / "bootstrap.sh") == 0o555
     assert mode(datasets_dir / "train" / "part-0.jsonl") == 0o444

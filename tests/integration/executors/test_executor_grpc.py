@@ -143,7 +143,8 @@ AUTH = bearer(TOKEN)
 
 async def observe(stub: ex_grpc.ExecutorServiceStub, attempt_id: str) -> ex_pb.Observation:
     resp = await stub.Observe(ex_pb.ObserveRequest(attempt_ids=[attempt_id]), metadata=AUTH, timeout=10)
-    return resp.observations[0]
+    observation: ex_pb.Observation = resp.observations[0]
+    return observation
 
 
 async def wait_state(stub: ex_grpc.ExecutorServiceStub, attempt_id: str, *states: int) -> ex_pb.Observation:

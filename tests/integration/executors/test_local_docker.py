@@ -56,7 +56,10 @@ async def executor(tmp_path: pathlib.Path, dockerd: DockerEngine, python_image: 
 
 
 def containers_of(engine: DockerEngine, attempt_id: str) -> list[docker.models.containers.Container]:
-    return engine.client.containers.list(all=True, filters={"label": f"{LABEL_ATTEMPT}={attempt_id}"})
+    found: list[docker.models.containers.Container] = engine.client.containers.list(
+        all=True, filters={"label": f"{LABEL_ATTEMPT}={attempt_id}"}
+    )
+    return found
 
 
 async def test_container_runs_the_capsule_to_success(

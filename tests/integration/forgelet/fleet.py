@@ -173,14 +173,16 @@ class ForgeletProcess:
             return await getattr(fl_grpc.ForgeletServiceStub(ch), method)(request, metadata=md, timeout=30)
 
     async def get_node(self) -> node_pb2.Node:
-        return (await self.call("GetNode", fl_pb.GetNodeRequest())).node
+        node: node_pb2.Node = (await self.call("GetNode", fl_pb.GetNodeRequest())).node
+        return node
 
 
 async def join_token(c: Console, node: str, fleet: str = FLEET) -> str:
     """A join token for `node`, minted by the console's admin (`sf admin node join-token`)."""
     stub = reg_grpc.NodeRegistryServiceStub(c.channel)
     r = await stub.CreateJoinToken(reg_pb.CreateJoinTokenRequest(node=node, fleet=fleet), metadata=c.md, timeout=10)
-    return r.token
+    token: str = r.token
+    return token
 
 
 async def write_executor_token(c: Console, path: pathlib.Path, fleet: str = FLEET) -> None:
@@ -207,7 +209,7 @@ async def wait_nodes(
         if all(n in nodes and nodes[n].state == state for n in wanted):
             return nodes
         if time.monotonic() > deadline:
-            raise AssertionError(f"nodes {sorted(wanted)} not {node_pb2.NodeState.Name(state)}: {nodes}")  # type: ignore[arg-type]
+            raise AssertionError(f"nodes {sorted(wanted)} not {node_pb2.NodeState.Name(state)}: {nodes}")
         await asyncio.sleep(0.2)
 
 

@@ -12,7 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -68,14 +68,15 @@ class Operator:
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name))
+            found = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+            return dict(cast(dict[str, Any], found))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
     def names(self) -> list[str]:
-        found = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)
+        found = cast(dict[str, Any], self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL))
         return sorted(i["metadata"]["name"] for i in found["items"])
 
     def status(self, name: str, **status: Any) -> None:

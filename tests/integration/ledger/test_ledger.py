@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starforge.control.v1 import error_reason_pb2
 from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_pb2, lifecycle_event_pb2
@@ -187,8 +190,8 @@ def test_command_exit_ends_the_attempt_with_a_diagnosis(
 def test_finish_is_once_whoever_notices_first(db: Database) -> None:
     aid = db.run_sync(lambda s: f.attempt(s, f.job(s), to=sm.RUNNING).id)
 
-    def finish(code):  # type: ignore[no-untyped-def]
-        def go(s):  # type: ignore[no-untyped-def]
+    def finish(code: int) -> Callable[[Session], list[jobs.Transition]]:
+        def go(s: Session) -> list[jobs.Transition]:
             a = jobs.get_attempt(s, aid)
             return outcomes.finish_attempt(s, jobs.get_job(s, a.job_id), a, exit_code=code)
 
@@ -239,7 +242,7 @@ def test_attempt_cause_values_exist() -> None:
     assert job_pb2.ATTEMPT_CAUSE_AUTO_RETRY != 0
 
 
-def _events(s, job_id):  # type: ignore[no-untyped-def]
+def _events(s: Session, job_id: str) -> list[tuple[int, int, bool]]:
     return [
         (e.from_state, e.to_state, e.attempt_only)
         for e in s.scalars(select(m.JobEvent).where(m.JobEvent.job_id == job_id).order_by(m.JobEvent.seq))

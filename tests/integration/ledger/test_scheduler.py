@@ -75,6 +75,7 @@ def _finish(db: Database, job_id: str) -> None:
     def go(s):  # type: ignore[no-untyped-def]
         j = jobs.get_job(s, job_id)
         a = jobs.current_attempt(s, j)
+        assert a is not None
         jobs.advance(s, j, a, sm.RUNNING, "test")
         outcomes.finish_attempt(s, j, a, exit_code=0)
 
@@ -184,7 +185,9 @@ def test_closed_window_waits_and_stops_running_jobs(db: Database, tmp_path: path
 
     def exited(sess):  # type: ignore[no-untyped-def]
         j = jobs.get_job(sess, rid)
-        outcomes.finish_attempt(sess, j, jobs.current_attempt(sess, j), exit_code=143, signal=15)
+        a = jobs.current_attempt(sess, j)
+        assert a is not None
+        outcomes.finish_attempt(sess, j, a, exit_code=143, signal=15)
         return j.state, j.stopped_by
 
     assert db.run_sync(exited) == (sm.STOPPED, platform.WINDOW)
@@ -209,7 +212,9 @@ def test_drain_pauses_and_requeues(db: Database, sched: Scheduler) -> None:
 
     def exited(sess):  # type: ignore[no-untyped-def]
         j = jobs.get_job(sess, rid)
-        outcomes.finish_attempt(sess, j, jobs.current_attempt(sess, j), exit_code=143, signal=15)
+        a = jobs.current_attempt(sess, j)
+        assert a is not None
+        outcomes.finish_attempt(sess, j, a, exit_code=143, signal=15)
         return j.state
 
     assert db.run_sync(exited) == sm.PAUSED
@@ -224,6 +229,7 @@ def test_claim_writes_attempt_token_and_launch(db: Database, sched: Scheduler) -
     job = _queue(db, "alice", 1)[0]
     [claimed] = db.run_sync(sched._place)
     att = db.run_sync(lambda s: s.get(m.Attempt, claimed.attempt_id))
+    assert att is not None
     assert att.state == sm.SUBMITTED and att.launch and att.capsule_digest
     tokens = db.run_sync(lambda s: list(s.scalars(select(m.Token).where(m.Token.job_id == job))))
     assert [t.kind for t in tokens] == ["run"]

@@ -7,6 +7,7 @@ against a real database; no executor is involved (what `_place` returns is what 
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 from sqlalchemy.orm import Session
@@ -28,9 +29,7 @@ ALICE = auth.Principal(user="alice", admin=False, kind="pat", token_id="t")
 
 
 def _scheduler(db: Database, tmp: pathlib.Path) -> Scheduler:
-    ctx = _ctx(db, tmp)
-    ctx.keyring = KEYRING
-    return Scheduler(ctx)
+    return Scheduler(dataclasses.replace(_ctx(db, tmp), keyring=KEYRING))
 
 
 def _job_naming(db: Database, *refs: job_spec_pb2.SecretRef) -> str:

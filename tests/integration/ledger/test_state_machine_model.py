@@ -315,7 +315,7 @@ def _check_history(job: m.Job, events: list[m.JobEvent], attempts: list[m.Attemp
     job_id = job.id
     assert [e.seq for e in events] == list(range(1, job.event_seq + 1)), "event sequence has gaps"
     assert (events[0].from_state, events[0].to_state) == (st.JOB_STATE_UNSPECIFIED, sm.QUEUED)
-    state = sm.QUEUED
+    state: int = sm.QUEUED
     per_attempt: dict[str, list[int]] = {}
     for e in events[1:]:
         if e.attempt_only:

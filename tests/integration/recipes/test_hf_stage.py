@@ -42,7 +42,7 @@ def test_lora_adapters_are_merged_into_a_plain_model(tiny: pathlib.Path, tmp_pat
             if "lora_B" in name:
                 param.fill_(0.05)
     checkpoint = tmp_path / "checkpoint-7"
-    peft_model.save_pretrained(checkpoint)
+    peft_model.save_pretrained(str(checkpoint))
     out = tmp_path / "export"
 
     r = _run("export", "--checkpoint", str(checkpoint), "--base-model", str(tiny), "--out", str(out))

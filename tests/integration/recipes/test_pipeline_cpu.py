@@ -17,6 +17,7 @@ import sys
 
 import pytest
 from starforge.control.v1 import control_service_pb2 as ctl
+from starforge.job.v1 import job_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from control import embedded
@@ -27,7 +28,7 @@ from tools import tiny_model
 VALIDATION_ROWS = 8
 
 
-async def _chain(c, root: str) -> list:  # type: ignore[no-untyped-def]
+async def _chain(c, root: str) -> list[job_pb2.Job]:  # type: ignore[no-untyped-def]
     listed = await c.jobs.ListJobs(ctl.ListJobsRequest(page_size=100), metadata=c.md)
     chain = [j for j in listed.jobs if j.job_id == root]
     while nxt := [j for j in listed.jobs if j.parent_job_id == chain[-1].job_id]:

@@ -14,7 +14,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -60,13 +60,13 @@ def _kto_rows() -> list[dict[str, Any]]:
     return rows
 
 
-DATA = {
+DATA: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "dpo": _pairs,
     "kto": _kto_rows,
     # conversational prompts: TRL's format rewards read completions as chat messages
     "grpo": lambda: [{"prompt": [{"role": "user", "content": p["prompt"]}]} for p in _pairs()],
 }
-CONFIG = {
+CONFIG: dict[str, dict[str, Any]] = {
     "dpo": {"max_length": 64},
     "kto": {"max_length": 64},
     # think_format_reward is one of TRL's built-in reward functions: it needs no answer column.

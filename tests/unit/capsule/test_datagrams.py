@@ -38,7 +38,9 @@ def test_metrics_datagram_format(sdk: ModuleType) -> None:
     }
     parsed = DatagramParser().parse(data)
     assert [(p.step, p.name, p.value) for p in parsed.points] == [(7, "loss", 0.25), (7, "acc", 1.0)]
-    assert parsed.points[0].time.timestamp() == 1700000000.5
+    time = parsed.points[0].time
+    assert time is not None
+    assert time.timestamp() == 1700000000.5
     assert parsed.warnings == []
 
 

@@ -34,7 +34,7 @@ def unused_port() -> int:
     """A loopback port nothing listens on (bound, then closed)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
+    port: int = s.getsockname()[1]
     s.close()
     return port
 
@@ -55,7 +55,7 @@ def _commands(group: typer.main.TyperGroup, prefix: tuple[str, ...] = ()) -> Ite
 
 def test_every_command_has_help_with_an_example() -> None:
     root = typer.main.get_command(app)
-    paths = list(_commands(root))  # type: ignore[arg-type]
+    paths = list(_commands(root))
     assert ("submit",) in paths
     assert ("job", "logs") in paths
     assert ("token", "create") in paths

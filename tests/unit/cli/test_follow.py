@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -10,6 +10,7 @@ from starforge.control.v1 import control_service_pb2 as cs
 from starforge.job.v1 import job_pb2, job_state_pb2, telemetry_pb2
 
 from cli import follow
+from cli.client import Client
 from cli.errors import CliError
 from cli.output import Output
 from tests.unit.cli.fakes import FakeClient, FakeRpcError, FakeStream
@@ -21,6 +22,10 @@ RUNNING = job_state_pb2.JOB_STATE_RUNNING
 
 def _lines(attempt: int, offsets: range) -> list[telemetry_pb2.LogLine]:
     return [telemetry_pb2.LogLine(attempt_number=attempt, offset=o, text=f"a{attempt} l{o}") for o in offsets]
+
+
+def _client(handlers: dict[str, Any]) -> Client:
+    return cast(Client, FakeClient(handlers))
 
 
 def _backoff() -> follow.Backoff:
@@ -45,20 +50,20 @@ def test_reconnect_resumes_after_the_last_line_without_duplicates() -> None:
             ]
         ),
     ]
-    client = FakeClient({"StreamJobLogs": lambda req: streams.pop(0)})
+    fake = FakeClient({"StreamJobLogs": lambda req: streams.pop(0)})
     printed: list[str] = []
     final = follow.follow_logs(
-        client,
+        cast(Client, fake),
         "j1",
         Output(),
         tail=100,
         follow=True,
         backoff=_backoff(),
-        printer=lambda line: printed.append(line.text),  # type: ignore[arg-type]
+        printer=lambda line: printed.append(line.text),
     )
     assert final == SUCCEEDED
     assert printed == ["a1 l0", "a1 l1", "a1 l2", "a1 l3", "a1 l4", "a2 l0", "a2 l1"]
-    first, second = client.requests["StreamJobLogs"]
+    first, second = fake.requests["StreamJobLogs"]
     assert (first.tail_lines, first.follow) == (100, True)
     # the reconnect asks for the lines after the last one printed
     assert (second.follow, second.job_id, second.after_attempt_number, second.after_offset) == (True, "j1", 1, 2)
@@ -67,7 +72,7 @@ def test_reconnect_resumes_after_the_last_line_without_duplicates() -> None:
 def test_stream_ended_without_final_state_checks_the_job() -> None:
     streams = [FakeStream([cs.StreamJobLogsResponse(lines=_lines(1, range(2)))]), FakeStream([])]
     states = [RUNNING, FAILED]
-    client = FakeClient({"StreamJobLogs": lambda req: streams.pop(0), "GetJob": lambda req: _job(states.pop(0))})
+    client = _client({"StreamJobLogs": lambda req: streams.pop(0), "GetJob": lambda req: _job(states.pop(0))})
     final = follow.follow_logs(
         client, "j1", Output(), tail=0, follow=True, backoff=_backoff(), printer=lambda line: None
     )
@@ -79,7 +84,7 @@ def test_refusals_are_not_retried() -> None:
     from common import errors
 
     err = FakeRpcError.from_error(errors.NotFound("job j1 not found"))
-    client = FakeClient({"StreamJobLogs": lambda req: FakeStream([], err)})
+    client = _client({"StreamJobLogs": lambda req: FakeStream([], err)})
     with pytest.raises(CliError) as info:
         follow.follow_logs(client, "j1", Output(), tail=0, follow=True, backoff=_backoff(), printer=lambda line: None)
     assert info.value.exit_code == 3
@@ -92,7 +97,7 @@ def test_outage_gives_up_after_the_limit() -> None:
         now[0] += 100
         return now[0]
 
-    client = FakeClient(
+    client = _client(
         {"StreamJobLogs": lambda req: FakeStream([], FakeRpcError(grpc.StatusCode.UNAVAILABLE, "connection refused"))}
     )
     backoff = follow.Backoff(sleep=lambda s: None, clock=clock, max_outage_s=250)
@@ -102,9 +107,7 @@ def test_outage_gives_up_after_the_limit() -> None:
 
 
 def test_without_follow_one_pass_and_no_reconnect() -> None:
-    client = FakeClient(
-        {"StreamJobLogs": lambda req: FakeStream([cs.StreamJobLogsResponse(lines=_lines(1, range(2)))])}
-    )
+    client = _client({"StreamJobLogs": lambda req: FakeStream([cs.StreamJobLogsResponse(lines=_lines(1, range(2)))])})
     printed: list[Any] = []
     assert follow.follow_logs(client, "j1", Output(), tail=0, follow=False, printer=printed.append) is None
     assert len(printed) == 2
@@ -131,7 +134,7 @@ def test_watch_dedupes_events_by_sequence(capsys: pytest.CaptureFixture[str]) ->
         ),
         FakeStream([event(2, RUNNING), event(3, SUCCEEDED)]),
     ]
-    client = FakeClient({"WatchJob": lambda req: streams.pop(0)})
+    client = _client({"WatchJob": lambda req: streams.pop(0)})
     assert follow.watch_job(client, "j1", Output(), backoff=_backoff()) == SUCCEEDED
     out = capsys.readouterr().out
     assert out.count("RUNNING") == 1

@@ -23,7 +23,8 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def head(manifest: dict[str, Any]) -> dict[str, Any]:
-    return manifest["spec"]["rayClusterSpec"]["headGroupSpec"]
+    group: dict[str, Any] = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]
+    return group
 
 
 def workers(manifest: dict[str, Any]) -> list[dict[str, Any]]:
