@@ -56,6 +56,7 @@ from control.config import ControlConfig, FleetConfig, InventoryConfig
 from control.executors import FleetStatus
 from executor_svc import bundle
 from executor_svc.config import load_service_config
+from executor_svc.plumbing.paths import check_relative_path
 from executor_svc.registry import get_kind, valid_kinds
 from forgelet import config as forgelet_config
 from recipes.catalog import load_catalog
@@ -155,7 +156,7 @@ def test_admission_and_the_executor_agree_on_workspace_paths(world: AdmissionWor
     admitted = _admit(world, spec)
     if admitted is not None:  # what admission lets through, the executor must accept too
         for i, f in enumerate(spec.workspace.files):
-            bundle.check_relative_path(f.path, f"spec.workspace.files[{i}].path")
+            check_relative_path(f.path, f"spec.workspace.files[{i}].path")
 
 
 # -- materialisation ----------------------------------------------------------------------------
@@ -293,7 +294,7 @@ def test_pack_takes_many_small_files(tmp_path: pathlib.Path) -> None:
     _commit(lab)
     packed = pack.pack_lab(lab, load_settings(lab / "starforge.yaml"), use_cache=False)
     assert len(packed.files) == 2000 + 2
-    assert all(bundle.check_relative_path(f.path, "p") for f in packed.manifest.files)
+    assert all(check_relative_path(f.path, "p") for f in packed.manifest.files)
 
 
 @fuzz_settings(60)
@@ -315,7 +316,7 @@ def test_pack_refuses_or_packs_odd_file_names(tmp_path_factory: pytest.TempPathF
     else:
         for f in packed.manifest.files:  # what the packer lets through, the console and executor accept
             assert sensitive.bad_path(f.path) is None, f.path
-            bundle.check_relative_path(f.path, "p")
+            check_relative_path(f.path, "p")
         return
     assert refused.exit_code == 2
 

@@ -11,11 +11,12 @@ import pytest
 from starforge.job.v1 import job_spec_pb2 as spec_pb
 
 from common import errors
+from common.relpath import relative_path_problem
 from executor_svc.kuberay import fetch
 from executor_svc.kuberay.states import RAY_JOB_STATES
 from executor_svc.local.executor import LOCAL_STATES
 from executor_svc.plumbing.locks import AttemptLocks
-from executor_svc.plumbing.paths import check_relative_path, relative_path_problem
+from executor_svc.plumbing.paths import check_relative_path
 from executor_svc.plumbing.pools import PoolRules, Shape, check_pools
 from executor_svc.plumbing.records import JsonRecord
 from executor_svc.plumbing.states import SUCCEEDED, look_up

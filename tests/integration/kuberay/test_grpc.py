@@ -90,12 +90,17 @@ async def test_describe_launch_observe_over_grpc(executor_address: str, operator
         assert ex_pb.EXECUTOR_CAPABILITY_PAUSE not in caps.capabilities  # no out_volume_claim
         # No artifacts: the out dir is on a volume only pods mount; refused, never an empty list.
         assert ex_pb.EXECUTOR_CAPABILITY_ARTIFACTS not in caps.capabilities
-        ref = {"attempt_id": req.attempt_id, "out_key": req.job_id}
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.ListArtifacts(ex_pb.ListArtifactsRequest(**ref), metadata=md, timeout=10)
+            await stub.ListArtifacts(
+                ex_pb.ListArtifactsRequest(attempt_id=req.attempt_id, out_key=req.job_id), metadata=md, timeout=10
+            )
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            async for _ in stub.ReadArtifact(ex_pb.ReadArtifactRequest(path="x", **ref), metadata=md, timeout=10):
+            async for _ in stub.ReadArtifact(
+                ex_pb.ReadArtifactRequest(path="x", attempt_id=req.attempt_id, out_key=req.job_id),
+                metadata=md,
+                timeout=10,
+            ):
                 pass
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert [(i.series, i.nodes, i.gpus_per_node, i.free_gpus) for i in caps.inventory] == [("h200", 2, 8, 16)]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from common import errors
-from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED
+from executor_svc.base import LABEL_ATTEMPT, LABEL_EXECUTOR, LABEL_JOB, LABEL_MANAGED
 from executor_svc.kuberay import builder
 from executor_svc.kuberay.config import SeriesConfig
 
@@ -148,7 +148,7 @@ def test_labels_are_label_safe_and_originals_are_annotated() -> None:
     assert labels[LABEL_ATTEMPT] == req.attempt_id
     assert labels[LABEL_JOB] == req.job_id
     assert labels[LABEL_MANAGED] == "starforge"
-    assert labels[builder.LABEL_EXECUTOR] == "kuberay"
+    assert labels[LABEL_EXECUTOR] == "kuberay"
     assert all(len(v) <= 63 and LABEL_VALUE.match(v) for v in labels.values())
     original = json.loads(m["metadata"]["annotations"][builder.ANN_LABELS])
     assert original["starforge.dev/project"] == "@tester/lab"

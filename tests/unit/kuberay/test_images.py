@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from executor_svc.kuberay.builder import HEAD_CONTAINER
@@ -10,7 +12,7 @@ from executor_svc.kuberay.images import container_digest, head_pod_name
 DIGEST = "sha256:" + "ab" * 32
 
 
-def pod(*statuses: dict[str, object]) -> dict[str, object]:
+def pod(*statuses: Mapping[str, object]) -> dict[str, object]:
     return {"kind": "Pod", "status": {"phase": "Running", "containerStatuses": list(statuses)}}
 
 
