@@ -73,3 +73,31 @@ def _undocumented(path: pathlib.Path) -> list[str]:
 @pytest.mark.parametrize("proto", sorted((ROOT / "proto" / "starforge").rglob("*.proto")), ids=lambda p: p.name)
 def test_every_element_is_commented(proto: pathlib.Path) -> None:
     assert _undocumented(proto) == []
+
+
+FILE_OPTIONS = ("go_package", "java_package", "java_multiple_files", "csharp_namespace")
+
+
+@pytest.mark.parametrize("proto", sorted((ROOT / "proto" / "starforge").rglob("*.proto")), ids=lambda p: p.name)
+def test_every_file_names_its_package_for_other_languages(proto: pathlib.Path) -> None:
+    """Go, Java and C# clients generate from proto/ without passing per-file flags."""
+    text = proto.read_text()
+    missing = [o for o in FILE_OPTIONS if f"\noption {o} = " not in text]
+    assert missing == [], f"{proto.name} lacks {missing}"
+    assert "\noption java_multiple_files = true;" in text
+
+
+def test_error_detail_protos_ship_with_the_contract() -> None:
+    """A client in any language decodes grpc-status-details-bin with the protos in proto/."""
+    result = subprocess.run(
+        [BUF, "build", "-o", "-#format=binpb"],  # type: ignore[list-item]
+        cwd=ROOT,
+        capture_output=True,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    from google.protobuf import descriptor_pb2
+
+    files = {f.name: f for f in descriptor_pb2.FileDescriptorSet.FromString(result.stdout).file}
+    assert {"google/rpc/status.proto", "google/rpc/error_details.proto"} <= files.keys()
+    details = {m.name for m in files["google/rpc/error_details.proto"].message_type}
+    assert {"ErrorInfo", "BadRequest", "PreconditionFailure", "QuotaFailure", "RetryInfo"} <= details
