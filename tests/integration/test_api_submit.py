@@ -1,5 +1,6 @@
-"""SubmitJob as a raw API client sees it (no `sf`): every bad field in one BadRequest, and the
-workspace manifest's digest and total_bytes checked against the files it lists."""
+"""SubmitJob and WatchJob as a raw API client sees them (no `sf`): every bad field in one
+BadRequest, the workspace manifest's digest and total_bytes checked against the files it lists,
+and a replayed event carrying the job as it was after that event."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import grpc
 import pytest
 from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.job.v1 import job_spec_pb2
+from starforge.job.v1 import job_state_pb2 as st
 
 from common.hashing import manifest_digest
 from common.rpc_status import from_rpc_error
 from tests.integration.console import Console, console
 
 TRAIN = "experiments/exp/train.sh"
+TERMINAL = {st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED}
 
 
 @pytest.fixture
@@ -113,3 +116,30 @@ def test_the_server_digest_is_the_packers() -> None:
         PackedFile("a.txt", pathlib.Path("/y"), "a" * 64, 5, False),
     ]
     assert manifest_digest((f.path, f.sha256, f.executable) for f in files) == packer_digest(files)
+
+
+async def test_watch_replays_each_event_with_the_job_as_it_was_then(c: Console) -> None:
+    job = await c.submit_custom("#!/usr/bin/env bash\necho hi\n")
+    done = await c.wait(job.job_id, st.JOB_STATE_SUCCEEDED)
+    replay = [r async for r in c.jobs.WatchJob(ctl.WatchJobRequest(job_id=job.job_id), metadata=c.md)]
+    events = [r.event for r in replay]
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert [e.to_state for e in events][-1] == st.JOB_STATE_SUCCEEDED and len(events) >= 4
+    seen_attempt = False
+    for r in replay:
+        assert r.job.state == r.event.to_state, (r.event, r.job.state)
+        assert r.job.update_time == r.event.time
+        assert r.job.HasField("end_time") == (r.event.to_state in TERMINAL)
+        seen_attempt = seen_attempt or bool(r.event.attempt_id)
+        # An attempt appears with its first event, in the state that event gave it.
+        assert [a.attempt_id for a in r.job.attempts] == ([done.attempts[0].attempt_id] if seen_attempt else [])
+        for a in r.job.attempts:
+            assert a.state == r.event.to_state
+            assert a.HasField("end_time") == (a.state in TERMINAL)
+    assert list(replay[-1].job.attempts) == list(done.attempts)
+
+    # Resumed after a sequence: the same past jobs, from there on.
+    after = [
+        r async for r in c.jobs.WatchJob(ctl.WatchJobRequest(job_id=job.job_id, after_sequence=2), metadata=c.md)
+    ]
+    assert [(r.event, r.job.state) for r in after] == [(r.event, r.job.state) for r in replay[2:]]
