@@ -101,3 +101,20 @@ def test_error_detail_protos_ship_with_the_contract() -> None:
     assert {"google/rpc/status.proto", "google/rpc/error_details.proto"} <= files.keys()
     details = {m.name for m in files["google/rpc/error_details.proto"].message_type}
     assert {"ErrorInfo", "BadRequest", "PreconditionFailure", "QuotaFailure", "RetryInfo"} <= details
+
+
+def test_api_reference_is_fresh() -> None:
+    """docs/api-reference.md is what tools/api_reference.py renders from the proto comments."""
+    from tools import api_reference
+
+    committed = (ROOT / "docs" / "api-reference.md").read_text()
+    assert committed == api_reference.render(), "docs/api-reference.md is stale: run `python -m tools.api_reference`"
+
+
+def test_every_rpc_documents_its_errors() -> None:
+    """Each RPC's comment (or its service's) says which status codes it returns."""
+    from tools import api_reference
+
+    documented = api_reference.documented_errors()
+    assert len(documented) > 50
+    assert [rpc for rpc, codes in documented.items() if not codes] == []

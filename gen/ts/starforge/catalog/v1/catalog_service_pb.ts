@@ -166,8 +166,9 @@ export const ResolveLockResponseSchema: GenMessage<ResolveLockResponse> = /*@__P
 
 /**
  * CatalogService publishes the server's method catalog. Clients use it to write and check
- * recipe.lock.json (the catalog handshake). Every RPC requires a personal access token
- * (UNAUTHENTICATED without one).
+ * recipe.lock.json (the catalog handshake). Every RPC requires a personal access token.
+ * Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+ * (a run, node or executor token; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.catalog.v1.CatalogService
  */

@@ -396,7 +396,9 @@ export const ListUsersResponseSchema: GenMessage<ListUsersResponse> = /*@__PURE_
 
 /**
  * AccountService manages users and personal access tokens. Tokens are shown once and stored
- * hashed. Every RPC needs a valid personal access token (UNAUTHENTICATED otherwise).
+ * hashed. Every RPC needs a valid personal access token.
+ * Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+ * (a run, node or executor token; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.AccountService
  */
@@ -414,7 +416,8 @@ export const AccountService: GenService<{
   },
   /**
    * CreateToken creates a personal access token for the caller (admins: for any user).
-   * Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin).
+   * Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin),
+   * NOT_FOUND (an admin names a user that does not exist).
    *
    * @generated from rpc starforge.control.v1.AccountService.CreateToken
    */
@@ -436,7 +439,7 @@ export const AccountService: GenService<{
   },
   /**
    * RevokeToken revokes one of the caller's tokens; revoking a revoked token succeeds.
-   * Errors: NOT_FOUND, PERMISSION_DENIED.
+   * Errors: NOT_FOUND (no such token, or another user's and the caller is not an admin).
    *
    * @generated from rpc starforge.control.v1.AccountService.RevokeToken
    */

@@ -184,7 +184,8 @@ export const ReadBlobResponseSchema: GenMessage<ReadBlobResponse> = /*@__PURE__*
  * BlobService is the control plane's content-addressed store for workspace files, datasets and
  * capsule files. A blob's name is the sha256 of its content, so an unchanged file is uploaded
  * once. Users call it with their personal access token; executors read the blobs of one attempt
- * with that attempt's run token. Errors for every RPC: UNAUTHENTICATED.
+ * with that attempt's run token. Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo
+ * reason BAD_TOKEN), PERMISSION_DENIED (a token kind the RPC does not take; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.BlobService
  */
@@ -215,7 +216,8 @@ export const BlobService: GenService<{
   },
   /**
    * ReadBlob streams one blob's content in chunks of at most 1 MiB.
-   * Errors: NOT_FOUND, PERMISSION_DENIED (a run token reading a blob not of its run).
+   * Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND, PERMISSION_DENIED (a user reading a
+   * blob they never uploaded nor were given by a dataset, a run token reading a blob not of its run).
    *
    * @generated from rpc starforge.control.v1.BlobService.ReadBlob
    */

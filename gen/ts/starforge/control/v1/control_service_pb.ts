@@ -732,10 +732,11 @@ export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*
 /**
  * ControlService is the user-facing job API of the control plane: submit, inspect, follow and
  * control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
- * metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
- * A user sees and controls only their own jobs; admins see all (else PERMISSION_DENIED or,
- * for ids the caller may not see, NOT_FOUND). Refusals carry google.rpc error details
+ * metadata. A user sees and controls only their own jobs; admins see all (another user's job is
+ * NOT_FOUND, never PERMISSION_DENIED, so ids do not leak). Refusals carry google.rpc error details
  * (BadRequest, PreconditionFailure, QuotaFailure, ErrorInfo with a starforge ErrorReason).
+ * Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+ * (a run, node or executor token; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.ControlService
  */
@@ -744,9 +745,11 @@ export const ControlService: GenService<{
    * SubmitJob admits a JobSpec and queues it. Admission checks the catalog handshake, overrides,
    * profiles, inputs, image allowlist, HuggingFace access, batch size and fleet capabilities.
    * Over quota is not an error: the job is queued and waits with reason QUOTA.
-   * Errors: INVALID_ARGUMENT (BadRequest), NOT_FOUND (unknown method), FAILED_PRECONDITION
-   * (stale lock, missing blob, HF precheck, no fleet), PERMISSION_DENIED (image not allowlisted),
-   * UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
+   * workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
+   * FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
+   * PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
+   * submissions per second than the console allows; RetryInfo), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.SubmitJob
    */
@@ -757,7 +760,7 @@ export const ControlService: GenService<{
   },
   /**
    * GetJob returns one job with its attempts, wait reason and diagnosis.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.GetJob
    */
@@ -780,7 +783,8 @@ export const ControlService: GenService<{
   /**
    * StopJob stops a job: a queued job ends STOPPED at once; a running one is stopped on its
    * backend and ends STOPPED. Stopping a job that is already STOPPED succeeds.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED or FAILED), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED
+   * or FAILED), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.StopJob
    */
@@ -791,7 +795,8 @@ export const ControlService: GenService<{
   },
   /**
    * PauseJob releases the job's GPUs and keeps its checkpoint; the job ends PAUSED.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the fleet cannot pause), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the
+   * fleet cannot pause), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.PauseJob
    */
@@ -802,7 +807,8 @@ export const ControlService: GenService<{
   },
   /**
    * ResumeJob queues a PAUSED or STOPPED job again; it continues from its latest checkpoint.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED or STOPPED), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not PAUSED or
+   * STOPPED), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.ResumeJob
    */
@@ -813,7 +819,8 @@ export const ControlService: GenService<{
   },
   /**
    * RetryJob queues a FAILED job again as a new attempt of the same run.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (not FAILED), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not FAILED),
+   * UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.RetryJob
    */
@@ -824,7 +831,7 @@ export const ControlService: GenService<{
   },
   /**
    * StreamJobLogs streams a job's log lines; with follow it keeps streaming until the job ends.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.StreamJobLogs
    */
@@ -835,7 +842,7 @@ export const ControlService: GenService<{
   },
   /**
    * WatchJob streams the job's ledger transitions (first the current state) until it ends.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.WatchJob
    */
@@ -846,7 +853,7 @@ export const ControlService: GenService<{
   },
   /**
    * GetJobMetrics returns the metric series a job reported.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.GetJobMetrics
    */
@@ -857,7 +864,7 @@ export const ControlService: GenService<{
   },
   /**
    * GetJobSamples returns samples (e.g. RL generations) a job reported.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.GetJobSamples
    */

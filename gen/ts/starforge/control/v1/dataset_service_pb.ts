@@ -229,6 +229,8 @@ export const GetDatasetResponseSchema: GenMessage<GetDatasetResponse> = /*@__PUR
 /**
  * DatasetService stores versioned platform datasets, "<owner>/<name>@<version>". Content is
  * uploaded through BlobService first. Every RPC needs a personal access token.
+ * Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+ * (a run, node or executor token; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.DatasetService
  */
@@ -236,7 +238,7 @@ export const DatasetService: GenService<{
   /**
    * PushDataset creates a new version of a dataset from a manifest of uploaded blobs.
    * Errors: INVALID_ARGUMENT (bad name or path), FAILED_PRECONDITION (a blob is missing),
-   * ALREADY_EXISTS (that version exists with other content), PERMISSION_DENIED (another owner).
+   * ALREADY_EXISTS (that version exists with other content). A dataset is always the caller's.
    *
    * @generated from rpc starforge.control.v1.DatasetService.PushDataset
    */
@@ -258,7 +260,7 @@ export const DatasetService: GenService<{
   },
   /**
    * GetDataset returns one version with its files.
-   * Errors: NOT_FOUND.
+   * Errors: INVALID_ARGUMENT (ref is not <owner>/<name>[@<version>]), NOT_FOUND.
    *
    * @generated from rpc starforge.control.v1.DatasetService.GetDataset
    */

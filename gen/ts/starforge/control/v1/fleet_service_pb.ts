@@ -414,7 +414,9 @@ export const FleetStateSchema: GenEnum<FleetState> = /*@__PURE__*/
 
 /**
  * FleetService shows the hardware registry, the fleets and the queue, and lets admins drain
- * fleets. Every RPC needs a personal access token (UNAUTHENTICATED otherwise).
+ * fleets. Every RPC needs a personal access token.
+ * Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+ * (a run, node or executor token; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.FleetService
  */

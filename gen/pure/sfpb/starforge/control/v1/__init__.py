@@ -1904,7 +1904,9 @@ default_message_pool.register_message("starforge.control.v1", "WhoAmIResponse", 
 class AccountServiceStub(betterproto2_grpclib.ServiceStub):
     """
     AccountService manages users and personal access tokens. Tokens are shown once and stored
-    hashed. Every RPC needs a valid personal access token (UNAUTHENTICATED otherwise).
+    hashed. Every RPC needs a valid personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def who_am_i(
@@ -1942,7 +1944,8 @@ class AccountServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "CreateTokenResponse":
         """
         CreateToken creates a personal access token for the caller (admins: for any user).
-        Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin).
+        Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin),
+        NOT_FOUND (an admin names a user that does not exist).
         """
 
         return await self._unary_unary(
@@ -1986,7 +1989,7 @@ class AccountServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "RevokeTokenResponse":
         """
         RevokeToken revokes one of the caller's tokens; revoking a revoked token succeeds.
-        Errors: NOT_FOUND, PERMISSION_DENIED.
+        Errors: NOT_FOUND (no such token, or another user's and the caller is not an admin).
         """
 
         return await self._unary_unary(
@@ -2051,7 +2054,8 @@ class BlobServiceStub(betterproto2_grpclib.ServiceStub):
     BlobService is the control plane's content-addressed store for workspace files, datasets and
     capsule files. A blob's name is the sha256 of its content, so an unchanged file is uploaded
     once. Users call it with their personal access token; executors read the blobs of one attempt
-    with that attempt's run token. Errors for every RPC: UNAUTHENTICATED.
+    with that attempt's run token. Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo
+    reason BAD_TOKEN), PERMISSION_DENIED (a token kind the RPC does not take; reason TOKEN_SCOPE).
     """
 
     async def find_missing_blobs(
@@ -2111,7 +2115,8 @@ class BlobServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[ReadBlobResponse]":
         """
         ReadBlob streams one blob's content in chunks of at most 1 MiB.
-        Errors: NOT_FOUND, PERMISSION_DENIED (a run token reading a blob not of its run).
+        Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND, PERMISSION_DENIED (a user reading a
+        blob they never uploaded nor were given by a dataset, a run token reading a blob not of its run).
         """
 
         async for response in self._unary_stream(
@@ -2129,10 +2134,11 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     """
     ControlService is the user-facing job API of the control plane: submit, inspect, follow and
     control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
-    metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
-    A user sees and controls only their own jobs; admins see all (else PERMISSION_DENIED or,
-    for ids the caller may not see, NOT_FOUND). Refusals carry google.rpc error details
+    metadata. A user sees and controls only their own jobs; admins see all (another user's job is
+    NOT_FOUND, never PERMISSION_DENIED, so ids do not leak). Refusals carry google.rpc error details
     (BadRequest, PreconditionFailure, QuotaFailure, ErrorInfo with a starforge ErrorReason).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def submit_job(
@@ -2147,9 +2153,11 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         SubmitJob admits a JobSpec and queues it. Admission checks the catalog handshake, overrides,
         profiles, inputs, image allowlist, HuggingFace access, batch size and fleet capabilities.
         Over quota is not an error: the job is queued and waits with reason QUOTA.
-        Errors: INVALID_ARGUMENT (BadRequest), NOT_FOUND (unknown method), FAILED_PRECONDITION
-        (stale lock, missing blob, HF precheck, no fleet), PERMISSION_DENIED (image not allowlisted),
-        UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
+        workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
+        FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
+        PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
+        submissions per second than the console allows; RetryInfo), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2171,7 +2179,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetJobResponse":
         """
         GetJob returns one job with its attempts, wait reason and diagnosis.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2216,7 +2224,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         """
         StopJob stops a job: a queued job ends STOPPED at once; a running one is stopped on its
         backend and ends STOPPED. Stopping a job that is already STOPPED succeeds.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED or FAILED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED
+        or FAILED), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2238,7 +2247,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "PauseJobResponse":
         """
         PauseJob releases the job's GPUs and keeps its checkpoint; the job ends PAUSED.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the fleet cannot pause), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the
+        fleet cannot pause), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2260,7 +2270,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "ResumeJobResponse":
         """
         ResumeJob queues a PAUSED or STOPPED job again; it continues from its latest checkpoint.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED or STOPPED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not PAUSED or
+        STOPPED), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2282,7 +2293,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "RetryJobResponse":
         """
         RetryJob queues a FAILED job again as a new attempt of the same run.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not FAILED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not FAILED),
+        UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2304,7 +2316,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[StreamJobLogsResponse]":
         """
         StreamJobLogs streams a job's log lines; with follow it keeps streaming until the job ends.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         async for response in self._unary_stream(
@@ -2327,7 +2339,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[WatchJobResponse]":
         """
         WatchJob streams the job's ledger transitions (first the current state) until it ends.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         async for response in self._unary_stream(
@@ -2350,7 +2362,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetJobMetricsResponse":
         """
         GetJobMetrics returns the metric series a job reported.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2372,7 +2384,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetJobSamplesResponse":
         """
         GetJobSamples returns samples (e.g. RL generations) a job reported.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2414,6 +2426,8 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
     """
     DatasetService stores versioned platform datasets, "<owner>/<name>@<version>". Content is
     uploaded through BlobService first. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def push_dataset(
@@ -2427,7 +2441,7 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
         """
         PushDataset creates a new version of a dataset from a manifest of uploaded blobs.
         Errors: INVALID_ARGUMENT (bad name or path), FAILED_PRECONDITION (a blob is missing),
-        ALREADY_EXISTS (that version exists with other content), PERMISSION_DENIED (another owner).
+        ALREADY_EXISTS (that version exists with other content). A dataset is always the caller's.
         """
 
         return await self._unary_unary(
@@ -2471,7 +2485,7 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetDatasetResponse":
         """
         GetDataset returns one version with its files.
-        Errors: NOT_FOUND.
+        Errors: INVALID_ARGUMENT (ref is not <owner>/<name>[@<version>]), NOT_FOUND.
         """
 
         return await self._unary_unary(
@@ -2487,7 +2501,9 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
 class FleetServiceStub(betterproto2_grpclib.ServiceStub):
     """
     FleetService shows the hardware registry, the fleets and the queue, and lets admins drain
-    fleets. Every RPC needs a personal access token (UNAUTHENTICATED otherwise).
+    fleets. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def list_profiles(
@@ -2591,9 +2607,10 @@ class SecretServiceStub(betterproto2_grpclib.ServiceStub):
     SecretService stores secrets (API keys, tokens) that jobs name in `secrets:` of config.yaml or
     with `sf submit --secret`. A secret belongs to a user, or to a project ("@alice/lab", managed by
     its user). Values are encrypted at rest with the console's key and are never returned: they only
-    reach the environment of the jobs that name them. Every RPC needs a personal access token
-    (UNAUTHENTICATED without one, PERMISSION_DENIED with a run or node token). A console without a
-    secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    reach the environment of the jobs that name them. Every RPC needs a personal access token. A
+    console without a secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def set_secret(
