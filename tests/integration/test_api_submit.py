@@ -139,7 +139,5 @@ async def test_watch_replays_each_event_with_the_job_as_it_was_then(c: Console) 
     assert list(replay[-1].job.attempts) == list(done.attempts)
 
     # Resumed after a sequence: the same past jobs, from there on.
-    after = [
-        r async for r in c.jobs.WatchJob(ctl.WatchJobRequest(job_id=job.job_id, after_sequence=2), metadata=c.md)
-    ]
+    after = [r async for r in c.jobs.WatchJob(ctl.WatchJobRequest(job_id=job.job_id, after_sequence=2), metadata=c.md)]
     assert [(r.event, r.job.state) for r in after] == [(r.event, r.job.state) for r in replay[2:]]
