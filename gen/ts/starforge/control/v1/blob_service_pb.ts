@@ -216,8 +216,9 @@ export const BlobService: GenService<{
   },
   /**
    * ReadBlob streams one blob's content in chunks of at most 1 MiB.
-   * Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND, PERMISSION_DENIED (a user reading a
-   * blob they never uploaded nor were given by a dataset, a run token reading a blob not of its run).
+   * Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND (also a blob the user may not read: they
+   * never uploaded it nor got it through a dataset), PERMISSION_DENIED (a run token reading a blob
+   * not of its run; reason TOKEN_SCOPE).
    *
    * @generated from rpc starforge.control.v1.BlobService.ReadBlob
    */

@@ -2115,8 +2115,9 @@ class BlobServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[ReadBlobResponse]":
         """
         ReadBlob streams one blob's content in chunks of at most 1 MiB.
-        Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND, PERMISSION_DENIED (a user reading a
-        blob they never uploaded nor were given by a dataset, a run token reading a blob not of its run).
+        Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND (also a blob the user may not read: they
+        never uploaded it nor got it through a dataset), PERMISSION_DENIED (a run token reading a blob
+        not of its run; reason TOKEN_SCOPE).
         """
 
         async for response in self._unary_stream(
