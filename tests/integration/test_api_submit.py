@@ -141,3 +141,13 @@ async def test_watch_replays_each_event_with_the_job_as_it_was_then(c: Console) 
     # Resumed after a sequence: the same past jobs, from there on.
     after = [r async for r in c.jobs.WatchJob(ctl.WatchJobRequest(job_id=job.job_id, after_sequence=2), metadata=c.md)]
     assert [(r.event, r.job.state) for r in after] == [(r.event, r.job.state) for r in replay[2:]]
+
+
+async def test_the_authorization_scheme_is_case_insensitive(c: Console) -> None:
+    for scheme in ("bearer", "BEARER", "Bearer"):
+        md = (("authorization", f"{scheme} {c.token}"),)
+        info = await c.jobs.GetServerInfo(ctl.GetServerInfoRequest(), metadata=md)
+        assert info.user == "admin"
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await c.jobs.GetServerInfo(ctl.GetServerInfoRequest(), metadata=(("authorization", f"Basic {c.token}"),))
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
