@@ -59,7 +59,7 @@ Metadata = tuple[tuple[str, str], ...]
 @dataclasses.dataclass
 class World:
     c: Console  # with a secrets key and an image allowlist
-    bare: Console  # without a secrets key
+    bare: Console  # without a secrets key, with an unreachable HuggingFace Hub
     bob: Metadata  # a normal user
     executor: Metadata  # an executor token: a token of the wrong kind for every user RPC
     done_job: str  # the admin's job, SUCCEEDED
@@ -119,14 +119,15 @@ SECRET = "/starforge.control.v1.SecretService/"
 CATALOG = "/starforge.catalog.v1.CatalogService/"
 
 
-async def _spec(w: World, **fields: Any) -> job_spec_pb2.JobSpec:
-    manifest = await w.c.upload({TRAIN: b"#!/usr/bin/env bash\necho hi\n"}, {TRAIN})
+async def _spec(w: World, on: Console | None = None, **fields: Any) -> job_spec_pb2.JobSpec:
+    c = on or w.c
+    manifest = await c.upload({TRAIN: b"#!/usr/bin/env bash\necho hi\n"}, {TRAIN})
     base: dict[str, Any] = {
         "api_version": "forge/v2",
         "project": "@admin/lab",
         "experiment": "exp",
         "method": "custom/custom",
-        "recipe_lock": await w.c.lock(),
+        "recipe_lock": await c.lock(),
         "config_json": json.dumps({"image": "host", "observability": "platform"}),
         "workspace": manifest,
     }
@@ -243,6 +244,11 @@ def rows() -> Iterator[Row]:
         with pytest.raises(grpc.aio.AioRpcError):  # the one submission the burst allows, refused
             await w.call(CONTROL + "SubmitJob", request, carol)  # (workspace blobs are not carol's)
         await w.call(CONTROL + "SubmitJob", request, carol)
+
+    @row(CONTROL + "SubmitJob", "UNAVAILABLE")
+    async def hub_unreachable(w: World) -> None:
+        spec = await _spec(w, w.bare, model="some-org/some-model")
+        await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec), on=w.bare)
 
     @row(CONTROL + "ListJobs", "INVALID_ARGUMENT")
     async def bad_page_token(w: World) -> None:
@@ -406,7 +412,8 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             submit_rate_per_user=0.001,
             submit_burst_per_user=1,
         ) as c,
-        console(root / "bare") as bare,
+        # No secrets key; a HuggingFace endpoint where nothing listens (a closed loopback port).
+        console(root / "bare", hf_endpoint="http://127.0.0.1:9") as bare,
     ):
         bob = bearer(await _user(c, "bob"))
         executor_token = await reg_grpc.NodeRegistryServiceStub(c.channel).CreateExecutorToken(

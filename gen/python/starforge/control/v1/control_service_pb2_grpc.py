@@ -121,7 +121,8 @@ class ControlServiceServicer:
         workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
         FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
         PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
-        submissions per second than the console allows; RetryInfo), UNAUTHENTICATED.
+        submissions per second than the console allows; RetryInfo), UNAVAILABLE (the HuggingFace Hub
+        could not be reached for the precheck; retry), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -2158,7 +2158,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
         FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
         PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
-        submissions per second than the console allows; RetryInfo), UNAUTHENTICATED.
+        submissions per second than the console allows; RetryInfo), UNAVAILABLE (the HuggingFace Hub
+        could not be reached for the precheck; retry), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
