@@ -118,3 +118,12 @@ def test_every_rpc_documents_its_errors() -> None:
     documented = api_reference.documented_errors()
     assert len(documented) > 50
     assert [rpc for rpc, codes in documented.items() if not codes] == []
+
+
+def test_api_md_explains_every_error_reason() -> None:
+    """docs/api.md's error table names every ErrorReason a client may receive."""
+    from starforge.control.v1 import error_reason_pb2
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    names = [v.name.removeprefix("ERROR_REASON_") for v in error_reason_pb2.ErrorReason.DESCRIPTOR.values][1:]
+    assert [n for n in names if f"| `{n}` |" not in text] == []
