@@ -5,10 +5,14 @@ Postman, grpc-java/go's reflection clients) ask `grpc.reflection.v1.ServerReflec
 two protocols have the same messages field for field and only the package differs, so v1 is served
 by the same servicer through a generic handler, and its descriptor (the v1alpha file with the v1
 package) is registered in the default pool so that a v1 client can reflect on reflection itself.
+
+The StarForge files are served with their proto comments (source info), which the generated
+Python modules leave out: `grpcurl describe` shows the documentation of every RPC and field.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,10 +57,45 @@ def v1_message_classes() -> tuple[type[Any], type[Any]]:
     )
 
 
+@functools.cache
+def commented_files() -> dict[str, bytes]:
+    """The StarForge FileDescriptorProtos with their comments (gen: starforge/source_info.py), by
+    file name, serialized; the generated Python modules embed them without comments."""
+    from starforge import source_info
+
+    files = descriptor_pb2.FileDescriptorSet.FromString(source_info.file_descriptor_set()).file
+    return {f.name: f.SerializeToString() for f in files}
+
+
+class CommentedReflectionServicer(reflection_aio.ReflectionServicer):  # type: ignore[misc]
+    """grpcio-reflection's servicer, answering with the commented descriptor of a StarForge file."""
+
+    def _file_by_filename(self, request: Any, filename: str) -> Any:
+        return _with_comments(super()._file_by_filename(request, filename))
+
+    def _file_containing_symbol(self, request: Any, fully_qualified_name: str) -> Any:
+        return _with_comments(super()._file_containing_symbol(request, fully_qualified_name))
+
+    def _file_containing_extension(self, request: Any, containing_type: str, extension_number: int) -> Any:
+        return _with_comments(super()._file_containing_extension(request, containing_type, extension_number))
+
+
+def _with_comments(response: Any) -> Any:
+    if not response.HasField("file_descriptor_response"):
+        return response
+    commented = commented_files()
+    files = response.file_descriptor_response.file_descriptor_proto
+    for i, data in enumerate(files):
+        name = descriptor_pb2.FileDescriptorProto.FromString(data).name
+        if name in commented:
+            files[i] = commented[name]
+    return response
+
+
 def enable_reflection(service_names: Sequence[str], server: grpc.aio.Server) -> None:
     """Serve reflection v1 and v1alpha on `server`, listing `service_names` and both protocols."""
     v1_file_descriptor()
-    servicer = reflection_aio.ReflectionServicer([*service_names, V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME])
+    servicer = CommentedReflectionServicer([*service_names, V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME])
     server.add_generic_rpc_handlers(
         (
             grpc.method_handlers_generic_handler(

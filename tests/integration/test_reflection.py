@@ -78,6 +78,12 @@ async def test_v1_lists_services_and_serves_file_descriptors(servers: dict[str, 
     # The response carries the file's dependencies too, so a client can build the types.
     assert set(own.dependency) <= {f.name for f in files}
     assert own.options.java_package == "dev." + package
+    # The descriptor carries the proto comments: the service's and each RPC's documentation.
+    comments = {tuple(loc.path): loc.leading_comments for loc in own.source_code_info.location}
+    (index,) = [i for i, s in enumerate(own.service) if s.name == name]
+    assert name in comments[(6, index)]
+    for i, method in enumerate(own.service[index].method):
+        assert comments[(6, index, 2, i)].strip().startswith(method.name), method.name
 
     assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
 
