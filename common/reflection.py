@@ -61,8 +61,10 @@ def v1_message_classes() -> tuple[type[Any], type[Any]]:
 def commented_files() -> dict[str, bytes]:
     """The StarForge FileDescriptorProtos with their comments (gen: starforge/source_info.py), by
     file name, serialized; the generated Python modules embed them without comments."""
-    from starforge import source_info
-
+    try:
+        from starforge import source_info
+    except ImportError:  # a gen/ from before the plugin: descriptors without comments
+        return {}
     files = descriptor_pb2.FileDescriptorSet.FromString(source_info.file_descriptor_set()).file
     return {f.name: f.SerializeToString() for f in files}
 
