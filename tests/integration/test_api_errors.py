@@ -1,7 +1,7 @@
 """The error contract: every status code an RPC's proto comment documents is one it returns.
 
 Table-driven against a real console (control plane + local executor process): for each RPC of
-the control plane's user-facing services and each code its comment (or its service's "Errors of
+the control plane's services (the user-facing ones, the node registry, ingest) and each code its comment (or its service's "Errors of
 every RPC") documents, a request that provokes that code. `test_the_table_covers_every_documented_code`
 reads the documented codes from proto/ (tools/api_reference.py), so a comment that promises a
 code nobody provokes here fails, and so does a row whose code the comment does not document.
@@ -29,14 +29,17 @@ from starforge.control.v1 import control_service_pb2 as ctl
 from starforge.control.v1 import dataset_service_pb2 as ds
 from starforge.control.v1 import fleet_service_pb2 as fleet
 from starforge.control.v1 import secret_service_pb2 as sec
+from starforge.forgelet.v1 import node_pb2
 from starforge.forgelet.v1 import node_registry_service_pb2 as reg
 from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
+from starforge.ingest.v1 import ingest_service_pb2 as ing
 from starforge.job.v1 import job_spec_pb2, workspace_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common.channel import bearer
 from common.rpc_status import from_rpc_error
 from control import auth
+from control.db import models as m
 from control.secrets import create_key_file
 from tests.integration.console import Console, console
 from tools import api_reference
@@ -49,9 +52,11 @@ SERVICES = (
     "starforge.control.v1.DatasetService",
     "starforge.control.v1.FleetService",
     "starforge.control.v1.SecretService",
+    "starforge.forgelet.v1.NodeRegistryService",
+    "starforge.ingest.v1.IngestService",
 )
 # Modules imported for their descriptors (the generic rows build each RPC's request by name).
-IMPORTED = (cat, acc, blob, ctl, ds, fleet, sec)
+IMPORTED = (cat, acc, blob, ctl, ds, fleet, sec, reg, ing)
 TRAIN = "experiments/exp/train.sh"
 Metadata = tuple[tuple[str, str], ...]
 
@@ -65,6 +70,8 @@ class World:
     done_job: str  # the admin's job, SUCCEEDED
     admin_blob: str  # a blob only the admin uploaded
     run_token: Metadata  # the run token of done_job's attempt
+    attempt_id: str  # done_job's attempt
+    ghost: Metadata  # the node credential of node "ghost", whose registration the console lost
 
     @property
     def admin(self) -> Metadata:
@@ -76,9 +83,11 @@ class World:
         channel = (on or self.c).channel
         kwargs: dict[str, Any] = {"request_serializer": lambda m: m.SerializeToString()}
         metadata = (on or self.c).md if md is None else md
-        if method.client_streaming:
-            call = channel.stream_unary(rpc, **kwargs)(iter(request), metadata=metadata, timeout=30)
-            await call
+        if method.client_streaming and method.server_streaming:
+            async for _ in channel.stream_stream(rpc, **kwargs)(iter(request), metadata=metadata, timeout=30):
+                pass
+        elif method.client_streaming:
+            await channel.stream_unary(rpc, **kwargs)(iter(request), metadata=metadata, timeout=30)
         elif method.server_streaming:
             async for _ in channel.unary_stream(rpc, **kwargs)(request, metadata=metadata, timeout=30):
                 pass
@@ -117,6 +126,8 @@ DATASET = "/starforge.control.v1.DatasetService/"
 FLEET = "/starforge.control.v1.FleetService/"
 SECRET = "/starforge.control.v1.SecretService/"
 CATALOG = "/starforge.catalog.v1.CatalogService/"
+NODES = "/starforge.forgelet.v1.NodeRegistryService/"
+INGEST = "/starforge.ingest.v1.IngestService/"
 
 
 async def _spec(w: World, on: Console | None = None, **fields: Any) -> job_spec_pb2.JobSpec:
@@ -355,20 +366,112 @@ def rows() -> Iterator[Row]:
         if name == "DeleteSecret":
             table.append(Row(SECRET + name, "NOT_FOUND", secret(name, make, "unknown"), "UNKNOWN_SECRET"))
 
+    # NodeRegistryService
+    @row(NODES + "RegisterNode", "INVALID_ARGUMENT")
+    async def node_without_address(w: World) -> None:
+        token = await _join_token(w, "n-noaddr")
+        await w.call(NODES + "RegisterNode", reg.RegisterNodeRequest(node=node_pb2.Node(name="n-noaddr")), token)
+
+    @row(NODES + "RegisterNode", "PERMISSION_DENIED", "NODE_IDENTITY")
+    async def register_as_another_node(w: World) -> None:
+        token = await _join_token(w, "n-mine")
+        node = node_pb2.Node(name="n-other", fleet="spare", address="127.0.0.1:1")
+        await w.call(NODES + "RegisterNode", reg.RegisterNodeRequest(node=node), token)
+
+    @row(NODES + "RegisterNode", "UNAUTHENTICATED", "JOIN_TOKEN_USED")
+    async def join_token_used_twice(w: World) -> None:
+        token = await _join_token(w, "n-twice")
+        node = node_pb2.Node(name="n-twice", fleet="spare", address="127.0.0.1:1")
+        await w.call(NODES + "RegisterNode", reg.RegisterNodeRequest(node=node), token)  # accepted
+        await w.call(NODES + "RegisterNode", reg.RegisterNodeRequest(node=node), token)
+
+    @row(NODES + "Heartbeat", "NOT_FOUND")
+    async def heartbeat_of_a_forgotten_node(w: World) -> None:
+        await w.call(NODES + "Heartbeat", reg.HeartbeatRequest(name="ghost"), w.ghost)
+
+    @row(NODES + "Heartbeat", "PERMISSION_DENIED", "NODE_IDENTITY")
+    async def heartbeat_for_another_node(w: World) -> None:
+        await w.call(NODES + "Heartbeat", reg.HeartbeatRequest(name="n-other"), w.ghost)
+
+    @row(NODES + "ListNodes", "PERMISSION_DENIED", "FORBIDDEN")
+    async def nodes_by_non_admin(w: World) -> None:
+        await w.call(NODES + "ListNodes", reg.ListNodesRequest(), w.bob)
+
+    @row(NODES + "ListNodes", "PERMISSION_DENIED", "FORBIDDEN")
+    async def another_fleet_by_executor(w: World) -> None:
+        await w.call(NODES + "ListNodes", reg.ListNodesRequest(fleet="spare"), w.executor)
+
+    for name, request_type in {"DrainNode": reg.DrainNodeRequest, "UndrainNode": reg.UndrainNodeRequest}.items():
+
+        def node_op(name: str, request_type: Any, node: str, who: str) -> Provoke:
+            async def provoke(w: World) -> None:
+                md = {"admin": w.admin, "bob": w.bob, "ghost": w.ghost}[who]
+                await w.call(NODES + name, request_type(name=node), md)
+
+            provoke.__name__ = f"{node}_by_{who}"
+            return provoke
+
+        table.append(Row(NODES + name, "NOT_FOUND", node_op(name, request_type, "nope", "admin")))
+        table.append(Row(NODES + name, "PERMISSION_DENIED", node_op(name, request_type, "ghost", "bob"), "FORBIDDEN"))
+        table.append(
+            Row(NODES + name, "PERMISSION_DENIED", node_op(name, request_type, "n-other", "ghost"), "NODE_IDENTITY")
+        )
+
+    @row(NODES + "CreateJoinToken", "INVALID_ARGUMENT")
+    async def join_token_bad_name(w: World) -> None:
+        await w.call(NODES + "CreateJoinToken", reg.CreateJoinTokenRequest(node="no spaces", fleet="spare"))
+
+    @row(NODES + "CreateJoinToken", "PERMISSION_DENIED", "FORBIDDEN")
+    async def join_token_by_non_admin(w: World) -> None:
+        await w.call(NODES + "CreateJoinToken", reg.CreateJoinTokenRequest(node="n9", fleet="spare"), w.bob)
+
+    @row(NODES + "CreateExecutorToken", "INVALID_ARGUMENT")
+    async def executor_token_without_fleet(w: World) -> None:
+        await w.call(NODES + "CreateExecutorToken", reg.CreateExecutorTokenRequest(fleet=""))
+
+    @row(NODES + "CreateExecutorToken", "PERMISSION_DENIED", "FORBIDDEN")
+    async def executor_token_by_non_admin(w: World) -> None:
+        await w.call(NODES + "CreateExecutorToken", reg.CreateExecutorTokenRequest(fleet="spare"), w.bob)
+
+    # IngestService (a job's run token)
+    @row(INGEST + "Report", "INVALID_ARGUMENT")
+    async def report_without_attempt(w: World) -> None:
+        await w.call(INGEST + "Report", [ing.ReportRequest()], w.run_token)
+
+    @row(INGEST + "Report", "PERMISSION_DENIED", "TOKEN_SCOPE")
+    async def report_for_another_attempt(w: World) -> None:
+        await w.call(INGEST + "Report", [ing.ReportRequest(attempt_id="j0other.1")], w.run_token)
+
+    @row(INGEST + "Report", "RESOURCE_EXHAUSTED", "MESSAGE_TOO_LARGE")
+    async def report_over_the_message_limit(w: World) -> None:
+        big = ing.ReportRequest(attempt_id=w.attempt_id)
+        big.records.add(seq=1).log_chunk.lines.append("x" * (5 << 20))
+        await w.call(INGEST + "Report", [big], w.run_token)
+
+    @row(INGEST + "GetCursor", "PERMISSION_DENIED", "TOKEN_SCOPE")
+    async def cursor_of_another_attempt(w: World) -> None:
+        await w.call(INGEST + "GetCursor", ing.GetCursorRequest(attempt_id="j0other.1"), w.run_token)
+
     # Every RPC: no token, an unknown token, a token of another kind.
     for rpc in sorted(api_reference.documented_errors()):
         if not rpc.strip("/").startswith(SERVICES):
             continue
         table.append(Row(rpc, "UNAUTHENTICATED", _generic(rpc, "no_token"), "BAD_TOKEN"))
         table.append(Row(rpc, "UNAUTHENTICATED", _generic(rpc, "unknown_token"), "BAD_TOKEN"))
-        if rpc != BLOB + "ReadBlob":  # executors read any blob: ReadBlob's row above is a user's
-            table.append(Row(rpc, "PERMISSION_DENIED", _generic(rpc, "executor_token"), "TOKEN_SCOPE"))
+        if rpc != BLOB + "ReadBlob":  # run and executor tokens may read blobs: rows above
+            wrong = "executor_token" if rpc.startswith(INGEST) else "run_token"
+            table.append(Row(rpc, "PERMISSION_DENIED", _generic(rpc, wrong), "TOKEN_SCOPE"))
     yield from table
 
 
 def _generic(rpc: str, case: str) -> Provoke:
     async def provoke(w: World) -> None:
-        md = {"no_token": (), "unknown_token": bearer("sf_pat_unknown0123456789"), "executor_token": w.executor}[case]
+        md = {
+            "no_token": (),
+            "unknown_token": bearer("sf_pat_unknown0123456789"),
+            "executor_token": w.executor,
+            "run_token": w.run_token,
+        }[case]
         request = _empty_request(rpc)
         await w.call(rpc, [request] if _method(rpc).client_streaming else request, md)
 
@@ -384,6 +487,13 @@ def _manifest(content: bytes) -> workspace_pb2.WorkspaceManifest:
             )
         ]
     )
+
+
+async def _join_token(w: World, node: str) -> Metadata:
+    r = await reg_grpc.NodeRegistryServiceStub(w.c.channel).CreateJoinToken(
+        reg.CreateJoinTokenRequest(node=node, fleet="spare"), metadata=w.admin, timeout=30
+    )
+    return bearer(r.token)
 
 
 async def _user(c: Console, name: str) -> str:
@@ -424,7 +534,25 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         private = await c.upload({"only-admin.txt": b"the admin's own bytes\n"}, set())
         attempt = (await c.get(job.job_id)).attempts[0].attempt_id
         run_token = await c.app.ctx.db.run(lambda s: auth.issue_run_token(s, "admin", job.job_id, attempt))
-        yield World(c, bare, bob, bearer(executor_token.token), job.job_id, private.files[0].sha256, bearer(run_token))
+        world = World(
+            c,
+            bare,
+            bob,
+            bearer(executor_token.token),
+            job.job_id,
+            private.files[0].sha256,
+            bearer(run_token),
+            attempt,
+            (),
+        )
+        # A node that registered, then was forgotten by the console (as after a database restore).
+        ghost = node_pb2.Node(name="ghost", fleet="spare", address="127.0.0.1:1")
+        registered = await reg_grpc.NodeRegistryServiceStub(c.channel).RegisterNode(
+            reg.RegisterNodeRequest(node=ghost), metadata=await _join_token(world, "ghost"), timeout=30
+        )
+        await c.app.ctx.db.run(lambda s: s.delete(s.get(m.Node, "ghost")))
+        world.ghost = bearer(registered.node_token)
+        yield world
 
 
 def test_the_table_covers_every_documented_code() -> None:
