@@ -582,3 +582,21 @@ def test_rows_name_real_rpcs() -> None:
     for r in TABLE:
         assert _method(r.rpc).full_name == r.rpc.strip("/").replace("/", ".")
     assert pathlib.Path(api_reference.OUTPUT).name == "api-reference.md"
+
+
+async def test_field_violations_name_request_fields(world: World) -> None:
+    """BadRequest paths are fields of the request message, in proto terms."""
+    cases = [
+        (DATASET + "GetDataset", ds.GetDatasetRequest(ref="no-owner"), ["ref"]),
+        (CONTROL + "ListJobs", ctl.ListJobsRequest(page_token="not-a-token"), ["page_token"]),
+        (CONTROL + "GetJob", ctl.GetJobRequest(), ["job_id"]),
+        (
+            CONTROL + "SubmitJob",
+            ctl.SubmitJobRequest(spec=await _spec(world, train_data=job_spec_pb2.DataRef(dataset="no-owner"))),
+            ["spec.train_data.dataset"],
+        ),
+    ]
+    for rpc, request, fields in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await world.call(rpc, request)
+        assert [v.field for v in from_rpc_error(info.value).field_violations] == fields, rpc
