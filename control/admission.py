@@ -85,21 +85,33 @@ class Violations:
     def raise_if_any(self) -> None:
         if not self.errors:
             return
-        fields = tuple(
-            errors.FieldViolation(self._path(v.field), v.description)
+        found = [
+            errors.FieldViolation(self._path(v.field), _cut(v.description, MAX_DESCRIPTION))
             for e in self.errors
             for v in (e.field_violations or (errors.FieldViolation("", e.message),))
-        )
+        ]
+        # The details travel in a trailer, which clients cap (8 KiB by default): a spec with
+        # thousands of bad files gets the first violations and a count, never an unreadable status.
+        fields = tuple(found[:MAX_VIOLATIONS])
         if len(self.errors) == 1:
             only = self.errors[0]
             raise dataclasses.replace(only, field_violations=fields)
         reasons = {e.reason for e in self.errors}
-        listed = "; ".join(f"{v.field}: {v.description}" if v.field else v.description for v in fields)
+        listed = "; ".join(f"{v.field}: {v.description}" if v.field else v.description for v in fields[:5])
+        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
         raise errors.InvalidArgument(
-            f"{len(fields)} fields of the job are invalid: {listed}",
+            f"{len(found)} fields of the job are invalid: {listed}{more}",
             reason=reasons.pop() if len(reasons) == 1 else er.ERROR_REASON_INVALID_ARGUMENT,
             field_violations=fields,
         )
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+MAX_VIOLATIONS = 20
+MAX_DESCRIPTION = 300
 
 
 LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
@@ -107,9 +119,8 @@ MAX_LABELS = 32
 MAX_LABEL_VALUE = 256
 
 
-def check_labels(labels: Mapping[str, str], bad: Violations | None = None) -> None:
+def check_labels(labels: Mapping[str, str], bad: Violations) -> None:
     """Label keys are short identifiers (so `sf job ls -l key=value` can match them exactly)."""
-    bad = bad or Violations("")
     with bad.collect():
         if len(labels) > MAX_LABELS:
             raise _field("labels", f"at most {MAX_LABELS} labels per job; got {len(labels)}")
@@ -122,8 +133,6 @@ def check_labels(labels: Mapping[str, str], bad: Violations | None = None) -> No
                 )
             if len(value) > MAX_LABEL_VALUE:
                 raise _field(f"labels[{key!r}]", f"label {key} is longer than {MAX_LABEL_VALUE} characters")
-    if bad.prefix == "":
-        bad.raise_if_any()
 
 
 def check_identity(spec: job_spec_pb2.JobSpec, principal: Principal, bad: Violations) -> None:

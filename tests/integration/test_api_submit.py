@@ -151,3 +151,16 @@ async def test_the_authorization_scheme_is_case_insensitive(c: Console) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await c.jobs.GetServerInfo(ctl.GetServerInfoRequest(), metadata=(("authorization", f"Basic {c.token}"),))
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_thousands_of_bad_fields_still_make_one_readable_refusal(c: Console) -> None:
+    """The violations travel in a trailer that clients cap: the first ones and a count arrive."""
+    s = await spec(c)
+    digest = s.workspace.files[0].sha256
+    for i in range(2000):
+        s.workspace.files.add(path=f"../escape-{i:04d}", sha256=digest, size=s.workspace.files[0].size)
+    err = await refusal(c, s)
+    assert len(err.field_violations) == 20
+    assert err.field_violations[0].field == "spec.workspace.files[1].path"
+    assert err.message.startswith("2000 fields of the job are invalid: spec.workspace.files[1].path: ")
+    assert err.message.endswith("(and 1995 more)")
