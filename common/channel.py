@@ -31,8 +31,15 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 
 def token_from_metadata(metadata: object) -> str | None:
-    """The bearer token of an incoming call, or None."""
+    """The bearer token of an incoming call, or None. The scheme is case-insensitive ("Bearer",
+    "bearer", "BEARER"), as HTTP authentication schemes are."""
     for key, value in metadata or ():  # type: ignore[attr-defined]
-        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer ") :].strip() or None
+        if key == "authorization" and isinstance(value, str):
+            return token_from_authorization(value)
     return None
+
+
+def token_from_authorization(value: str | None) -> str | None:
+    """The token of an authorization header value "Bearer <token>" (any case of the scheme)."""
+    scheme, _, token = (value or "").strip().partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None

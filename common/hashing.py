@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import re
+from collections.abc import Iterable
 
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20
@@ -27,3 +28,12 @@ def sha256_file(path: pathlib.Path) -> str:
 
 def is_digest(value: str) -> bool:
     return bool(DIGEST_RE.match(value))
+
+
+def manifest_digest(files: Iterable[tuple[str, str, bool]]) -> str:
+    """A workspace manifest's digest: sha256 over "<sha256> <mode> <path>\\n" lines of the files
+    (path, sha256, executable) sorted by path, mode 755 for executables and 644 otherwise."""
+    h = hashlib.sha256()
+    for path, digest, executable in sorted(files):
+        h.update(f"{digest} {'755' if executable else '644'} {path}\n".encode())
+    return h.hexdigest()

@@ -1,7 +1,7 @@
 """gRPC server scaffolding shared by every StarForge service.
 
 `create_server(addr, services)` returns `(server, port)`: a grpc.aio server with the error
-interceptor, the health service (every registered service reported SERVING) and reflection,
+interceptor, the health service (every registered service reported SERVING) and reflection (v1 and v1alpha),
 bound to `addr` ("127.0.0.1:0" binds a free port, which tests use). `serve_until_signal` runs one
 until SIGTERM/SIGINT and stops it gracefully.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from common.reflection import enable_reflection
 from common.rpc_status import ErrorInterceptor
 
 log = logging.getLogger("starforge.server")
@@ -102,11 +102,8 @@ async def add_services(server: grpc.aio.Server, services: Sequence[Service]) -> 
         s.add_to_server(s.servicer, server)
         await health_servicer.set(s.full_name, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    names = [s.full_name for s in services] + [
-        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        reflection.SERVICE_NAME,
-    ]
-    reflection.enable_server_reflection(names, server)
+    names = [s.full_name for s in services] + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+    enable_reflection(names, server)
     return health_servicer
 
 

@@ -6,17 +6,20 @@ written before all checks pass. Checks that need I/O (blob presence, fleets) com
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from starforge.control.v1 import error_reason_pb2 as er
 from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.job.v1 import job_pb2, job_spec_pb2
+from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
 from common import errors, profiles
+from common.hashing import is_digest, manifest_digest
 from common.sensitive import CONTENT_LIMIT, bad_path, why_sensitive
 from control import hf, images
 from control.assembly import entrypoint, observability
@@ -53,38 +56,104 @@ def _field(field: str, message: str, reason: int = er.ERROR_REASON_INVALID_ARGUM
     return errors.InvalidArgument(message, reason=reason, field_violations=(errors.FieldViolation(field, message),))
 
 
+class Violations:
+    """Collects the field violations of one request so that one refusal lists them all.
+
+    `collect()` wraps a check: an InvalidArgument it raises is kept and admission goes on; any
+    other refusal (unknown method, image not allowed, ...) first raises the violations collected
+    so far, else itself. Field paths are made relative to the request (`spec.<field>`).
+    """
+
+    def __init__(self, prefix: str = "spec.") -> None:
+        self.prefix = prefix
+        self.errors: list[errors.InvalidArgument] = []
+
+    @contextlib.contextmanager
+    def collect(self) -> Iterator[None]:
+        try:
+            yield
+        except errors.InvalidArgument as e:
+            self.errors.append(e)
+        except errors.StarforgeError:
+            self.raise_if_any()
+            raise
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors)
+
+    def _path(self, field: str) -> str:
+        return field if not field or field.startswith(self.prefix) else self.prefix + field
+
+    def raise_if_any(self) -> None:
+        if not self.errors:
+            return
+        found = [
+            errors.FieldViolation(self._path(v.field), _cut(v.description, MAX_DESCRIPTION))
+            for e in self.errors
+            for v in (e.field_violations or (errors.FieldViolation("", e.message),))
+        ]
+        # The details travel in a trailer, which clients cap (8 KiB by default): a spec with
+        # thousands of bad files gets the first violations and a count, never an unreadable status.
+        fields = tuple(found[:MAX_VIOLATIONS])
+        if len(self.errors) == 1:
+            only = self.errors[0]
+            raise dataclasses.replace(only, field_violations=fields)
+        reasons = {e.reason for e in self.errors}
+        listed = "; ".join(f"{v.field}: {v.description}" if v.field else v.description for v in fields[:5])
+        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+        raise errors.InvalidArgument(
+            f"{len(found)} fields of the job are invalid: {listed}{more}",
+            reason=reasons.pop() if len(reasons) == 1 else er.ERROR_REASON_INVALID_ARGUMENT,
+            field_violations=fields,
+        )
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+MAX_VIOLATIONS = 20
+MAX_DESCRIPTION = 300
+
+
 LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 MAX_LABELS = 32
 MAX_LABEL_VALUE = 256
 
 
-def check_labels(labels: Mapping[str, str]) -> None:
+def check_labels(labels: Mapping[str, str], bad: Violations) -> None:
     """Label keys are short identifiers (so `sf job ls -l key=value` can match them exactly)."""
-    if len(labels) > MAX_LABELS:
-        raise _field("labels", f"at most {MAX_LABELS} labels per job; got {len(labels)}")
+    with bad.collect():
+        if len(labels) > MAX_LABELS:
+            raise _field("labels", f"at most {MAX_LABELS} labels per job; got {len(labels)}")
     for key, value in labels.items():
-        if not LABEL_KEY_RE.match(key):
-            raise _field(
-                f"labels[{key!r}]",
-                f"label key {key!r} is not valid: use 1-63 of A-Z a-z 0-9 . _ / -, starting with a letter or digit",
+        with bad.collect():
+            if not LABEL_KEY_RE.match(key):
+                raise _field(
+                    f"labels[{key!r}]",
+                    f"label key {key!r} is not valid: use 1-63 of A-Z a-z 0-9 . _ / -, starting with a letter or digit",
+                )
+            if len(value) > MAX_LABEL_VALUE:
+                raise _field(f"labels[{key!r}]", f"label {key} is longer than {MAX_LABEL_VALUE} characters")
+
+
+def check_identity(spec: job_spec_pb2.JobSpec, principal: Principal, bad: Violations) -> None:
+    with bad.collect():
+        if spec.api_version != API_VERSION:
+            raise _field("api_version", f"api_version must be {API_VERSION!r}, got {spec.api_version!r}; upgrade sf")
+    with bad.collect():
+        m = PROJECT_RE.match(spec.project)
+        if m is None:
+            raise _field("project", f"project {spec.project!r} is not valid: use @<user>/<name> (see starforge.yaml)")
+        if m.group("user") != principal.user and not principal.admin:
+            raise errors.PermissionDenied(
+                f"project {spec.project} belongs to @{m.group('user')}; you are @{principal.user} "
+                f'(set `project: "@{principal.user}/{m.group("name")}"` in starforge.yaml)'
             )
-        if len(value) > MAX_LABEL_VALUE:
-            raise _field(f"labels[{key!r}]", f"label {key} is longer than {MAX_LABEL_VALUE} characters")
-
-
-def check_identity(spec: job_spec_pb2.JobSpec, principal: Principal) -> None:
-    if spec.api_version != API_VERSION:
-        raise _field("api_version", f"api_version must be {API_VERSION!r}, got {spec.api_version!r}; upgrade sf")
-    m = PROJECT_RE.match(spec.project)
-    if m is None:
-        raise _field("project", f"project {spec.project!r} is not valid: use @<user>/<name> (see starforge.yaml)")
-    if m.group("user") != principal.user and not principal.admin:
-        raise errors.PermissionDenied(
-            f"project {spec.project} belongs to @{m.group('user')}; you are @{principal.user} "
-            f'(set `project: "@{principal.user}/{m.group("name")}"` in starforge.yaml)'
-        )
-    if not EXPERIMENT_RE.match(spec.experiment):
-        raise _field("experiment", f"experiment name {spec.experiment!r} is not valid")
+    with bad.collect():
+        if not EXPERIMENT_RE.match(spec.experiment):
+            raise _field("experiment", f"experiment name {spec.experiment!r} is not valid")
 
 
 def check_recipe(spec: job_spec_pb2.JobSpec, catalog: Catalog) -> RecipeDecl:
@@ -129,23 +198,54 @@ class _PrefixReader:
         return read
 
 
-def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobStore) -> None:
+def check_manifest_totals(manifest: workspace_pb2.WorkspaceManifest) -> None:
+    """A manifest's digest and total_bytes, when given, are those of its files (an empty one is
+    filled in by the server): a submission cannot claim another workspace's digest."""
+    with_digest = manifest_digest((f.path, f.sha256, f.executable) for f in manifest.files)
+    if manifest.digest and manifest.digest != with_digest:
+        raise _field(
+            "workspace.digest",
+            f"workspace digest {manifest.digest[:12]} is not the digest of the files listed ({with_digest[:12]}): "
+            'sha256 over one "<sha256> <mode> <path>\\n" line per file, sorted by path',
+        )
+    total = sum(f.size for f in manifest.files)
+    if manifest.total_bytes and manifest.total_bytes != total:
+        raise _field(
+            "workspace.total_bytes",
+            f"workspace total_bytes {manifest.total_bytes} is not the sum of the file sizes ({total})",
+        )
+
+
+def fill_manifest_totals(manifest: workspace_pb2.WorkspaceManifest) -> None:
+    """Record the digest and size the files give (a raw client may leave them empty)."""
+    manifest.digest = manifest_digest((f.path, f.sha256, f.executable) for f in manifest.files)
+    manifest.total_bytes = sum(f.size for f in manifest.files)
+
+
+def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobStore, bad: Violations) -> None:
     paths = set()
     blobs = _PrefixReader(store)
-    for f in spec.workspace.files:
-        why = bad_path(f.path)
-        if why:
-            raise _field("workspace", f"workspace path {f.path!r} {why}")
-        why = why_sensitive(f.path, read=blobs.reader(f.sha256))
-        if why:
-            raise _field(
-                "workspace",
-                f"the package contains {f.path} ({why}); remove it from git or add it to "
-                "package.exclude in starforge.yaml",
-                er.ERROR_REASON_SENSITIVE_FILE,
-            )
-        if f.path in paths:
-            raise _field("workspace", f"workspace path {f.path!r} appears twice")
+    with bad.collect():
+        check_manifest_totals(spec.workspace)
+    for i, f in enumerate(spec.workspace.files):
+        with bad.collect():
+            why = bad_path(f.path)
+            if why:
+                raise _field(f"workspace.files[{i}].path", f"workspace path {f.path!r} {why}")
+            if not is_digest(f.sha256):
+                raise _field(f"workspace.files[{i}].sha256", "must be 64 lowercase hex characters")
+            if f.size < 0:
+                raise _field(f"workspace.files[{i}].size", "must not be negative")
+            why = why_sensitive(f.path, read=blobs.reader(f.sha256))
+            if why:
+                raise _field(
+                    f"workspace.files[{i}].path",
+                    f"the package contains {f.path} ({why}); remove it from git or add it to "
+                    "package.exclude in starforge.yaml",
+                    er.ERROR_REASON_SENSITIVE_FILE,
+                )
+            if f.path in paths:
+                raise _field(f"workspace.files[{i}].path", f"workspace path {f.path!r} appears twice")
         paths.add(f.path)
     if recipe.adapter == "custom":
         for stage in ["", *spec.then_stages]:
@@ -153,7 +253,7 @@ def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobS
             if entry not in paths:
                 what = f"the {stage} stage" if stage else "custom/custom"
                 raise _field(
-                    "workspace",
+                    "workspace.files",
                     f"{entry} not found in the package: {what} runs it (create it, `git add` it, and submit again)",
                     er.ERROR_REASON_MISSING_INPUT,
                 )
@@ -403,24 +503,7 @@ def hub_repos(spec: job_spec_pb2.JobSpec) -> list[hf.Repo]:
     return out
 
 
-def admit(
-    spec: job_spec_pb2.JobSpec,
-    principal: Principal,
-    cfg: ControlConfig,
-    catalog: Catalog,
-    store: BlobStore,
-    executors: ExecutorPool,
-    hub: hf.HubChecker | None = None,
-) -> Admitted:
-    """All checks; returns what the ledger needs to queue the job."""
-    check_identity(spec, principal)
-    recipe = check_recipe(spec, catalog)
-    config = parse_config(spec)
-    check_inputs(spec, recipe, config)
-    check_workspace(spec, recipe, store)
-    runtime = resolve_runtime(spec, recipe)
-    resolved = params.resolve_config(recipe, config, spec.overrides, runtime.framework_version)
-    pools = profiles.resolve(spec.pools, cfg.profiles, recipe.default_profile)
+def check_pools(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool]) -> None:
     if len(pools) > 1 and not recipe.multi_pool:
         raise _field(
             "pools",
@@ -436,18 +519,80 @@ def admit(
                 er.ERROR_REASON_BAD_PROFILE,
             )
     check_shapes(recipe, pools)
-    check_global_batch(recipe, pools, resolved)
-    if spec.retry_budget < 0:
-        raise _field("retry_budget", "retry budget must not be negative")
-    check_labels(spec.labels)
-    image = resolve_image(spec, recipe, runtime, config, cfg)
-    missing = store.missing(sorted({f.sha256 for f in spec.workspace.files}))
+
+
+def check_blobs(manifest: workspace_pb2.WorkspaceManifest, store: BlobStore) -> None:
+    """Every file was uploaded, with the size the manifest claims."""
+    missing = store.missing(sorted({f.sha256 for f in manifest.files}))
     if missing:
         raise errors.FailedPrecondition(
             f"{len(missing)} workspace file(s) were not uploaded (first: {missing[0][:12]}); submit again with sf",
             reason=er.ERROR_REASON_MISSING_BLOB,
             precondition_violations=tuple(errors.PreconditionViolation("BLOB", d, "missing") for d in missing[:20]),
         )
+    bad = Violations()
+    for i, f in enumerate(manifest.files):
+        with bad.collect():
+            if store.size(f.sha256) != f.size:
+                raise _field(
+                    f"workspace.files[{i}].size",
+                    f"{f.path} is {f.size} bytes in the manifest but its blob {f.sha256[:12]} has "
+                    f"{store.size(f.sha256)}",
+                )
+    bad.raise_if_any()
+
+
+def admit(
+    spec: job_spec_pb2.JobSpec,
+    principal: Principal,
+    cfg: ControlConfig,
+    catalog: Catalog,
+    store: BlobStore,
+    executors: ExecutorPool,
+    hub: hf.HubChecker | None = None,
+) -> Admitted:
+    """All checks; returns what the ledger needs to queue the job.
+
+    Every field check runs, so one INVALID_ARGUMENT lists every bad field; a check that needs a
+    field that was bad (the pools for the batch size) is skipped.
+    """
+    bad = Violations()
+    check_identity(spec, principal, bad)
+    with bad.collect():
+        recipe = check_recipe(spec, catalog)
+    config: dict[str, Any] = {}
+    with bad.collect():
+        config = parse_config(spec)
+    with bad.collect():
+        check_inputs(spec, recipe, config)
+    check_workspace(spec, recipe, store, bad)
+    runtime: RuntimeDecl | None = None
+    with bad.collect():
+        runtime = resolve_runtime(spec, recipe)
+    resolved: dict[str, Any] | None = None
+    with bad.collect():
+        if runtime is not None:
+            resolved = params.resolve_config(recipe, config, spec.overrides, runtime.framework_version)
+    pools: list[job_spec_pb2.Pool] = []
+    with bad.collect():
+        pools = profiles.resolve(spec.pools, cfg.profiles, recipe.default_profile)
+        check_pools(recipe, pools)
+        if resolved is not None:
+            check_global_batch(recipe, pools, resolved)
+    with bad.collect():
+        if spec.retry_budget < 0:
+            raise _field("retry_budget", "retry budget must not be negative")
+    check_labels(spec.labels, bad)
+    image: images.Resolved | None = None
+    with bad.collect():
+        if runtime is not None:
+            image = resolve_image(spec, recipe, runtime, config, cfg)
+    bad.raise_if_any()
+    assert runtime is not None
+    assert resolved is not None
+    assert image is not None
+    check_blobs(spec.workspace, store)
+    fill_manifest_totals(spec.workspace)
     host_only = image.source == job_pb2.IMAGE_SOURCE_HOST_RUNTIME
     fleets = eligible_fleets(pools, image.image, spec, cfg, executors, host_only=host_only)
     if hub is not None:

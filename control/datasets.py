@@ -32,13 +32,13 @@ REF_RE = re.compile(
 )
 
 
-def parse_ref(ref: str) -> tuple[str, str, str]:
+def parse_ref(ref: str, field: str = "ref") -> tuple[str, str, str]:
     """("alice", "gsm8k-zh", "v2") for "alice/gsm8k-zh@v2"; version "" when absent."""
     m_ = REF_RE.match(ref)
     if m_ is None:
         raise errors.InvalidArgument(
             f"dataset reference {ref!r} is not valid: use <owner>/<name>[@version], e.g. alice/gsm8k-zh@v2",
-            field_violations=(errors.FieldViolation("dataset", "expected <owner>/<name>[@version]"),),
+            field_violations=(errors.FieldViolation(field, "expected <owner>/<name>[@version]"),),
         )
     return m_.group("owner"), m_.group("name"), m_.group("version") or ""
 
@@ -116,8 +116,9 @@ def push(
     return _proto(row, [r.version for r in existing] + [version], True)
 
 
-def resolve(s: Session, ref: str) -> tuple[m.Dataset, list[str]]:
-    owner, name, version = parse_ref(ref)
+def resolve(s: Session, ref: str, field: str = "ref") -> tuple[m.Dataset, list[str]]:
+    """The dataset version `ref` names; `field` is the request field that holds it (for BadRequest)."""
+    owner, name, version = parse_ref(ref, field)
     rows = _versions(s, owner, name)
     if not rows:
         raise errors.NotFound(f"dataset {owner}/{name} not found (see `sf dataset ls`)")
@@ -181,10 +182,10 @@ def pin(s: Session, spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> jo
                 if not ref.path and section.get("path"):
                     ref.path = str(section["path"])
     names = set()
-    for ref_msg in (pinned.train_data, pinned.validation_data):
+    for which, ref_msg in (("train_data", pinned.train_data), ("validation_data", pinned.validation_data)):
         if not ref_msg.dataset:
             continue
-        row, _ = resolve(s, ref_msg.dataset)
+        row, _ = resolve(s, ref_msg.dataset, f"spec.{which}.dataset")
         ref_msg.dataset = f"{row.owner}/{row.name}@{row.version}"
         if ref_msg.path:
             manifest = workspace_pb2.WorkspaceManifest()
@@ -195,13 +196,16 @@ def pin(s: Session, spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> jo
                 raise errors.InvalidArgument(
                     f"{ref_msg.path} is not in dataset {ref_msg.dataset} (its files: {shown})",
                     reason=er.ERROR_REASON_MISSING_INPUT,
-                    field_violations=(errors.FieldViolation("train_data.path", "not in the dataset"),),
+                    field_violations=(errors.FieldViolation(f"spec.{which}.path", "not in the dataset"),),
                 )
-    for mount in pinned.datasets:
+    for i, mount in enumerate(pinned.datasets):
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$", mount.name) or mount.name in names:
-            raise errors.InvalidArgument(f"dataset mount name {mount.name!r} is not valid or given twice")
+            raise errors.InvalidArgument(
+                f"dataset mount name {mount.name!r} is not valid or given twice",
+                field_violations=(errors.FieldViolation(f"spec.datasets[{i}].name", "not valid or given twice"),),
+            )
         names.add(mount.name)
-        row, _ = resolve(s, mount.ref)
+        row, _ = resolve(s, mount.ref, f"spec.datasets[{i}].ref")
         mount.ref = f"{row.owner}/{row.name}@{row.version}"
     return pinned
 

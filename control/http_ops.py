@@ -21,6 +21,7 @@ import threading
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from common import errors
+from common.channel import token_from_authorization
 from control import metrics
 from control.auth import Principal, TokenVerifier
 from control.blob_access import BlobAccess
@@ -108,7 +109,7 @@ class OpsServer:
         return target
 
     def _principal(self, header: str | None) -> Principal:
-        token = header[len("Bearer ") :].strip() if header and header.startswith("Bearer ") else None
+        token = token_from_authorization(header)
         return asyncio.run_coroutine_threadsafe(self.verifier.verify(token), self.loop).result(30)
 
     def serve_blob(self, h: http.server.BaseHTTPRequestHandler, digest: str) -> None:

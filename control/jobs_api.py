@@ -15,7 +15,7 @@ from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission, blob_access, datasets, hf, rate_limit, secrets
+from control import admission, blob_access, datasets, hf, job_history, rate_limit, secrets
 from control import metrics as prom
 from control.auth import Principal
 from control.context import Context
@@ -352,9 +352,11 @@ class JobsApi:
         job = await self.ctx.db.run(lambda s: visible_job(s, principal, job_id))
         jid = job.id
         seq = after_sequence
+        history: list[job_pb2.JobEvent] = []  # every event so far: a past job is rebuilt from them
         while True:
+            last = history[-1].sequence if history else 0
 
-            def read(s: Session, after: int = seq) -> tuple[list[m.JobEvent], job_pb2.Job]:
+            def read(s: Session, after: int = last) -> tuple[list[m.JobEvent], job_pb2.Job]:
                 evs = list(
                     s.scalars(
                         select(m.JobEvent)
@@ -365,9 +367,11 @@ class JobsApi:
                 return evs, job_proto(s, jobs.get_job(s, jid))
 
             events, current = await self.ctx.db.run(read)
-            for e in events:
-                seq = e.seq
-                yield convert.event_to_proto(e), current
+            history.extend(convert.event_to_proto(e) for e in events)
+            for i in range(len(history) - len(events), len(history)):
+                if history[i].sequence > seq:
+                    seq = history[i].sequence
+                    yield history[i], job_history.job_after(current, history, i)
             if current.state in sm.TERMINAL:
                 return
             await self.ctx.notifier.wait(jid, FOLLOW_POLL_SECONDS)

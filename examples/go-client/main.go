@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	controlv1 "starforge.dev/api/gen/go/starforge/control/v1"
-	jobv1 "starforge.dev/api/gen/go/starforge/job/v1"
+	controlv1 "starforge.dev/gen/go/starforge/control/v1"
+	jobv1 "starforge.dev/gen/go/starforge/job/v1"
 )
 
 func usage(message string) {

@@ -50,7 +50,7 @@ def go_client(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
         GOFLAGS="",
     )
     for args in (
-        ["build", "starforge.dev/api/gen/go/..."],
+        ["build", "starforge.dev/gen/go/..."],
         ["build", "-o", str(binary), "starforge.dev/examples/go-client"],
     ):
         built = subprocess.run(["go", *args], cwd=gopath, env=env, capture_output=True, text=True, check=False)

@@ -27,8 +27,9 @@ if _version_not_supported:
 
 class CatalogServiceStub:
     """CatalogService publishes the server's method catalog. Clients use it to write and check
-    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token
-    (UNAUTHENTICATED without one).
+    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def __init__(self, channel):
@@ -56,8 +57,9 @@ class CatalogServiceStub:
 
 class CatalogServiceServicer:
     """CatalogService publishes the server's method catalog. Clients use it to write and check
-    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token
-    (UNAUTHENTICATED without one).
+    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def ListRecipes(self, request, context):
@@ -113,8 +115,9 @@ def add_CatalogServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class CatalogService:
     """CatalogService publishes the server's method catalog. Clients use it to write and check
-    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token
-    (UNAUTHENTICATED without one).
+    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     @staticmethod

@@ -27,7 +27,9 @@ if _version_not_supported:
 
 class AccountServiceStub:
     """AccountService manages users and personal access tokens. Tokens are shown once and stored
-    hashed. Every RPC needs a valid personal access token (UNAUTHENTICATED otherwise).
+    hashed. Every RPC needs a valid personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def __init__(self, channel):
@@ -70,7 +72,9 @@ class AccountServiceStub:
 
 class AccountServiceServicer:
     """AccountService manages users and personal access tokens. Tokens are shown once and stored
-    hashed. Every RPC needs a valid personal access token (UNAUTHENTICATED otherwise).
+    hashed. Every RPC needs a valid personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def WhoAmI(self, request, context):
@@ -83,7 +87,8 @@ class AccountServiceServicer:
 
     def CreateToken(self, request, context):
         """CreateToken creates a personal access token for the caller (admins: for any user).
-        Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin).
+        Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin),
+        NOT_FOUND (an admin names a user that does not exist).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -99,7 +104,7 @@ class AccountServiceServicer:
 
     def RevokeToken(self, request, context):
         """RevokeToken revokes one of the caller's tokens; revoking a revoked token succeeds.
-        Errors: NOT_FOUND, PERMISSION_DENIED.
+        Errors: NOT_FOUND (no such token, or another user's and the caller is not an admin).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -164,7 +169,9 @@ def add_AccountServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class AccountService:
     """AccountService manages users and personal access tokens. Tokens are shown once and stored
-    hashed. Every RPC needs a valid personal access token (UNAUTHENTICATED otherwise).
+    hashed. Every RPC needs a valid personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     @staticmethod

@@ -29,7 +29,8 @@ class BlobServiceStub:
     """BlobService is the control plane's content-addressed store for workspace files, datasets and
     capsule files. A blob's name is the sha256 of its content, so an unchanged file is uploaded
     once. Users call it with their personal access token; executors read the blobs of one attempt
-    with that attempt's run token. Errors for every RPC: UNAUTHENTICATED.
+    with that attempt's run token. Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo
+    reason BAD_TOKEN), PERMISSION_DENIED (a token kind the RPC does not take; reason TOKEN_SCOPE).
     """
 
     def __init__(self, channel):
@@ -59,7 +60,8 @@ class BlobServiceServicer:
     """BlobService is the control plane's content-addressed store for workspace files, datasets and
     capsule files. A blob's name is the sha256 of its content, so an unchanged file is uploaded
     once. Users call it with their personal access token; executors read the blobs of one attempt
-    with that attempt's run token. Errors for every RPC: UNAUTHENTICATED.
+    with that attempt's run token. Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo
+    reason BAD_TOKEN), PERMISSION_DENIED (a token kind the RPC does not take; reason TOKEN_SCOPE).
     """
 
     def FindMissingBlobs(self, request, context):
@@ -82,7 +84,9 @@ class BlobServiceServicer:
 
     def ReadBlob(self, request, context):
         """ReadBlob streams one blob's content in chunks of at most 1 MiB.
-        Errors: NOT_FOUND, PERMISSION_DENIED (a run token reading a blob not of its run).
+        Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND (also a blob the user may not read: they
+        never uploaded it nor got it through a dataset), PERMISSION_DENIED (a run token reading a blob
+        not of its run; reason TOKEN_SCOPE).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -118,7 +122,8 @@ class BlobService:
     """BlobService is the control plane's content-addressed store for workspace files, datasets and
     capsule files. A blob's name is the sha256 of its content, so an unchanged file is uploaded
     once. Users call it with their personal access token; executors read the blobs of one attempt
-    with that attempt's run token. Errors for every RPC: UNAUTHENTICATED.
+    with that attempt's run token. Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo
+    reason BAD_TOKEN), PERMISSION_DENIED (a token kind the RPC does not take; reason TOKEN_SCOPE).
     """
 
     @staticmethod

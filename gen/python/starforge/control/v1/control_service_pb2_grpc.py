@@ -28,10 +28,11 @@ if _version_not_supported:
 class ControlServiceStub:
     """ControlService is the user-facing job API of the control plane: submit, inspect, follow and
     control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
-    metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
-    A user sees and controls only their own jobs; admins see all (else PERMISSION_DENIED or,
-    for ids the caller may not see, NOT_FOUND). Refusals carry google.rpc error details
+    metadata. A user sees and controls only their own jobs; admins see all (another user's job is
+    NOT_FOUND, never PERMISSION_DENIED, so ids do not leak). Refusals carry google.rpc error details
     (BadRequest, PreconditionFailure, QuotaFailure, ErrorInfo with a starforge ErrorReason).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def __init__(self, channel):
@@ -115,19 +116,23 @@ class ControlServiceStub:
 class ControlServiceServicer:
     """ControlService is the user-facing job API of the control plane: submit, inspect, follow and
     control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
-    metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
-    A user sees and controls only their own jobs; admins see all (else PERMISSION_DENIED or,
-    for ids the caller may not see, NOT_FOUND). Refusals carry google.rpc error details
+    metadata. A user sees and controls only their own jobs; admins see all (another user's job is
+    NOT_FOUND, never PERMISSION_DENIED, so ids do not leak). Refusals carry google.rpc error details
     (BadRequest, PreconditionFailure, QuotaFailure, ErrorInfo with a starforge ErrorReason).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def SubmitJob(self, request, context):
         """SubmitJob admits a JobSpec and queues it. Admission checks the catalog handshake, overrides,
         profiles, inputs, image allowlist, HuggingFace access, batch size and fleet capabilities.
         Over quota is not an error: the job is queued and waits with reason QUOTA.
-        Errors: INVALID_ARGUMENT (BadRequest), NOT_FOUND (unknown method), FAILED_PRECONDITION
-        (stale lock, missing blob, HF precheck, no fleet), PERMISSION_DENIED (image not allowlisted),
-        UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
+        workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
+        FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
+        PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
+        submissions per second than the console allows; RetryInfo), UNAVAILABLE (the HuggingFace Hub
+        could not be reached for the precheck; retry), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -135,7 +140,7 @@ class ControlServiceServicer:
 
     def GetJob(self, request, context):
         """GetJob returns one job with its attempts, wait reason and diagnosis.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -152,7 +157,8 @@ class ControlServiceServicer:
     def StopJob(self, request, context):
         """StopJob stops a job: a queued job ends STOPPED at once; a running one is stopped on its
         backend and ends STOPPED. Stopping a job that is already STOPPED succeeds.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED or FAILED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED
+        or FAILED), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -160,7 +166,8 @@ class ControlServiceServicer:
 
     def PauseJob(self, request, context):
         """PauseJob releases the job's GPUs and keeps its checkpoint; the job ends PAUSED.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the fleet cannot pause), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the
+        fleet cannot pause), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,7 +175,8 @@ class ControlServiceServicer:
 
     def ResumeJob(self, request, context):
         """ResumeJob queues a PAUSED or STOPPED job again; it continues from its latest checkpoint.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED or STOPPED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not PAUSED or
+        STOPPED), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -176,7 +184,8 @@ class ControlServiceServicer:
 
     def RetryJob(self, request, context):
         """RetryJob queues a FAILED job again as a new attempt of the same run.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not FAILED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not FAILED),
+        UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -184,7 +193,7 @@ class ControlServiceServicer:
 
     def StreamJobLogs(self, request, context):
         """StreamJobLogs streams a job's log lines; with follow it keeps streaming until the job ends.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,7 +201,7 @@ class ControlServiceServicer:
 
     def WatchJob(self, request, context):
         """WatchJob streams the job's ledger transitions (first the current state) until it ends.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -200,7 +209,7 @@ class ControlServiceServicer:
 
     def GetJobMetrics(self, request, context):
         """GetJobMetrics returns the metric series a job reported.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -208,7 +217,7 @@ class ControlServiceServicer:
 
     def GetJobSamples(self, request, context):
         """GetJobSamples returns samples (e.g. RL generations) a job reported.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -329,10 +338,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
 class ControlService:
     """ControlService is the user-facing job API of the control plane: submit, inspect, follow and
     control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
-    metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
-    A user sees and controls only their own jobs; admins see all (else PERMISSION_DENIED or,
-    for ids the caller may not see, NOT_FOUND). Refusals carry google.rpc error details
+    metadata. A user sees and controls only their own jobs; admins see all (another user's job is
+    NOT_FOUND, never PERMISSION_DENIED, so ids do not leak). Refusals carry google.rpc error details
     (BadRequest, PreconditionFailure, QuotaFailure, ErrorInfo with a starforge ErrorReason).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     @staticmethod

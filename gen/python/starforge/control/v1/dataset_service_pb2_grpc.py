@@ -28,6 +28,8 @@ if _version_not_supported:
 class DatasetServiceStub:
     """DatasetService stores versioned platform datasets, "<owner>/<name>@<version>". Content is
     uploaded through BlobService first. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def __init__(self, channel):
@@ -56,12 +58,14 @@ class DatasetServiceStub:
 class DatasetServiceServicer:
     """DatasetService stores versioned platform datasets, "<owner>/<name>@<version>". Content is
     uploaded through BlobService first. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def PushDataset(self, request, context):
         """PushDataset creates a new version of a dataset from a manifest of uploaded blobs.
         Errors: INVALID_ARGUMENT (bad name or path), FAILED_PRECONDITION (a blob is missing),
-        ALREADY_EXISTS (that version exists with other content), PERMISSION_DENIED (another owner).
+        ALREADY_EXISTS (that version exists with other content). A dataset is always the caller's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -77,7 +81,7 @@ class DatasetServiceServicer:
 
     def GetDataset(self, request, context):
         """GetDataset returns one version with its files.
-        Errors: NOT_FOUND.
+        Errors: INVALID_ARGUMENT (ref is not <owner>/<name>[@<version>]), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -112,6 +116,8 @@ def add_DatasetServiceServicer_to_server(servicer, server):
 class DatasetService:
     """DatasetService stores versioned platform datasets, "<owner>/<name>@<version>". Content is
     uploaded through BlobService first. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     @staticmethod

@@ -27,7 +27,9 @@ if _version_not_supported:
 
 class FleetServiceStub:
     """FleetService shows the hardware registry, the fleets and the queue, and lets admins drain
-    fleets. Every RPC needs a personal access token (UNAUTHENTICATED otherwise).
+    fleets. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def __init__(self, channel):
@@ -60,7 +62,9 @@ class FleetServiceStub:
 
 class FleetServiceServicer:
     """FleetService shows the hardware registry, the fleets and the queue, and lets admins drain
-    fleets. Every RPC needs a personal access token (UNAUTHENTICATED otherwise).
+    fleets. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def ListProfiles(self, request, context):
@@ -129,7 +133,9 @@ def add_FleetServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class FleetService:
     """FleetService shows the hardware registry, the fleets and the queue, and lets admins drain
-    fleets. Every RPC needs a personal access token (UNAUTHENTICATED otherwise).
+    fleets. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     @staticmethod

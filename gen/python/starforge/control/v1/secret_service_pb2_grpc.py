@@ -29,9 +29,10 @@ class SecretServiceStub:
     """SecretService stores secrets (API keys, tokens) that jobs name in `secrets:` of config.yaml or
     with `sf submit --secret`. A secret belongs to a user, or to a project ("@alice/lab", managed by
     its user). Values are encrypted at rest with the console's key and are never returned: they only
-    reach the environment of the jobs that name them. Every RPC needs a personal access token
-    (UNAUTHENTICATED without one, PERMISSION_DENIED with a run or node token). A console without a
-    secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    reach the environment of the jobs that name them. Every RPC needs a personal access token. A
+    console without a secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def __init__(self, channel):
@@ -61,9 +62,10 @@ class SecretServiceServicer:
     """SecretService stores secrets (API keys, tokens) that jobs name in `secrets:` of config.yaml or
     with `sf submit --secret`. A secret belongs to a user, or to a project ("@alice/lab", managed by
     its user). Values are encrypted at rest with the console's key and are never returned: they only
-    reach the environment of the jobs that name them. Every RPC needs a personal access token
-    (UNAUTHENTICATED without one, PERMISSION_DENIED with a run or node token). A console without a
-    secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    reach the environment of the jobs that name them. Every RPC needs a personal access token. A
+    console without a secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     def SetSecret(self, request, context):
@@ -123,9 +125,10 @@ class SecretService:
     """SecretService stores secrets (API keys, tokens) that jobs name in `secrets:` of config.yaml or
     with `sf submit --secret`. A secret belongs to a user, or to a project ("@alice/lab", managed by
     its user). Values are encrypted at rest with the console's key and are never returned: they only
-    reach the environment of the jobs that name them. Every RPC needs a personal access token
-    (UNAUTHENTICATED without one, PERMISSION_DENIED with a run or node token). A console without a
-    secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    reach the environment of the jobs that name them. Every RPC needs a personal access token. A
+    console without a secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     @staticmethod

@@ -65,8 +65,11 @@ class IngestServiceServicer:
         """Report is a bidirectional stream: the capsule sends batches of records in sequence order,
         the server answers each batch with the highest sequence number stored without gaps.
         The capsule keeps records on disk until they are acknowledged.
-        Errors: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT (records out of order, a record
-        over 1 MiB), RESOURCE_EXHAUSTED (the server sheds load; retry after the delay in RetryInfo).
+        A record over the console's limits is stored cut, never refused.
+        Errors: UNAUTHENTICATED, PERMISSION_DENIED (TOKEN_SCOPE: another attempt's records; ATTEMPT_ENDED:
+        a lifecycle record of an ended attempt), INVALID_ARGUMENT (no attempt_id, two attempts on one
+        stream, records out of order, more than 5000 records in a batch), RESOURCE_EXHAUSTED (a message
+        over 4 MiB: MESSAGE_TOO_LARGE).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -75,7 +78,7 @@ class IngestServiceServicer:
     def GetCursor(self, request, context):
         """GetCursor returns the highest sequence number stored for an attempt, so a restarted capsule
         resends only what is missing.
-        Errors: UNAUTHENTICATED, PERMISSION_DENIED.
+        Errors: UNAUTHENTICATED, PERMISSION_DENIED (TOKEN_SCOPE: another attempt).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

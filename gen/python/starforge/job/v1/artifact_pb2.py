@@ -25,13 +25,14 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstarforge/job/v1/artifact.proto\x12\x10starforge.job.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x01\n\x08\x41rtifact\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x32\n\x04kind\x18\x04 \x01(\x0e\x32\x1e.starforge.job.v1.ArtifactKindR\x04kind\x12;\n\x0bmodify_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nmodifyTime\x12\x1f\n\x0blink_target\x18\x06 \x01(\tR\nlinkTarget*`\n\x0c\x41rtifactKind\x12\x1d\n\x19\x41RTIFACT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41RTIFACT_KIND_FILE\x10\x01\x12\x19\n\x15\x41RTIFACT_KIND_SYMLINK\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstarforge/job/v1/artifact.proto\x12\x10starforge.job.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x01\n\x08\x41rtifact\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x32\n\x04kind\x18\x04 \x01(\x0e\x32\x1e.starforge.job.v1.ArtifactKindR\x04kind\x12;\n\x0bmodify_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nmodifyTime\x12\x1f\n\x0blink_target\x18\x06 \x01(\tR\nlinkTarget*`\n\x0c\x41rtifactKind\x12\x1d\n\x19\x41RTIFACT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41RTIFACT_KIND_FILE\x10\x01\x12\x19\n\x15\x41RTIFACT_KIND_SYMLINK\x10\x02\x42X\n\x14\x64\x65v.starforge.job.v1P\x01Z+starforge.dev/gen/go/starforge/job/v1;jobv1\xaa\x02\x10StarForge.Job.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'starforge.job.v1.artifact_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\024dev.starforge.job.v1P\001Z+starforge.dev/gen/go/starforge/job/v1;jobv1\252\002\020StarForge.Job.V1'
   _globals['_ARTIFACTKIND']._serialized_start=309
   _globals['_ARTIFACTKIND']._serialized_end=405
   _globals['_ARTIFACT']._serialized_start=87

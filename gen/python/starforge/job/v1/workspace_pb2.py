@@ -24,13 +24,14 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n starforge/job/v1/workspace.proto\x12\x10starforge.job.v1\"\x83\x01\n\x11WorkspaceManifest\x12\x35\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1f.starforge.job.v1.WorkspaceFileR\x05\x66iles\x12\x16\n\x06\x64igest\x18\x02 \x01(\tR\x06\x64igest\x12\x1f\n\x0btotal_bytes\x18\x03 \x01(\x03R\ntotalBytes\"o\n\rWorkspaceFile\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size\x12\x1e\n\nexecutable\x18\x04 \x01(\x08R\nexecutableb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n starforge/job/v1/workspace.proto\x12\x10starforge.job.v1\"\x83\x01\n\x11WorkspaceManifest\x12\x35\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1f.starforge.job.v1.WorkspaceFileR\x05\x66iles\x12\x16\n\x06\x64igest\x18\x02 \x01(\tR\x06\x64igest\x12\x1f\n\x0btotal_bytes\x18\x03 \x01(\x03R\ntotalBytes\"o\n\rWorkspaceFile\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size\x12\x1e\n\nexecutable\x18\x04 \x01(\x08R\nexecutableBX\n\x14\x64\x65v.starforge.job.v1P\x01Z+starforge.dev/gen/go/starforge/job/v1;jobv1\xaa\x02\x10StarForge.Job.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'starforge.job.v1.workspace_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\024dev.starforge.job.v1P\001Z+starforge.dev/gen/go/starforge/job/v1;jobv1\252\002\020StarForge.Job.V1'
   _globals['_WORKSPACEMANIFEST']._serialized_start=55
   _globals['_WORKSPACEMANIFEST']._serialized_end=186
   _globals['_WORKSPACEFILE']._serialized_start=188

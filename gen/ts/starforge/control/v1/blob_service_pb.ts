@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/control/v1/blob_service.proto.
  */
 export const file_starforge_control_v1_blob_service: GenFile = /*@__PURE__*/
-  fileDesc("CidzdGFyZm9yZ2UvY29udHJvbC92MS9ibG9iX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiMwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEhcKD21pc3NpbmdfZGlnZXN0cxgBIAMoCSJQChJVcGxvYWRCbG9ic1JlcXVlc3QSDgoGZGlnZXN0GAEgASgJEgwKBHNpemUYAiABKAMSDAoEZGF0YRgDIAEoDBIOCgZmaW5pc2gYBCABKAgiYgoTVXBsb2FkQmxvYnNSZXNwb25zZRIVCg1ibG9ic193cml0dGVuGAEgASgFEhUKDWJ5dGVzX3dyaXR0ZW4YAiABKAMSHQoVYmxvYnNfYWxyZWFkeV9wcmVzZW50GAMgASgFIjEKD1JlYWRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkSDgoGb2Zmc2V0GAIgASgDIiAKEFJlYWRCbG9iUmVzcG9uc2USDAoEZGF0YRgBIAEoDDLDAgoLQmxvYlNlcnZpY2UScQoQRmluZE1pc3NpbmdCbG9icxItLnN0YXJmb3JnZS5jb250cm9sLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Gi4uc3RhcmZvcmdlLmNvbnRyb2wudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEmQKC1VwbG9hZEJsb2JzEiguc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXF1ZXN0Gikuc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXNwb25zZSgBElsKCFJlYWRCbG9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXNwb25zZTABYgZwcm90bzM");
+  fileDesc("CidzdGFyZm9yZ2UvY29udHJvbC92MS9ibG9iX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiMwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEhcKD21pc3NpbmdfZGlnZXN0cxgBIAMoCSJQChJVcGxvYWRCbG9ic1JlcXVlc3QSDgoGZGlnZXN0GAEgASgJEgwKBHNpemUYAiABKAMSDAoEZGF0YRgDIAEoDBIOCgZmaW5pc2gYBCABKAgiYgoTVXBsb2FkQmxvYnNSZXNwb25zZRIVCg1ibG9ic193cml0dGVuGAEgASgFEhUKDWJ5dGVzX3dyaXR0ZW4YAiABKAMSHQoVYmxvYnNfYWxyZWFkeV9wcmVzZW50GAMgASgFIjEKD1JlYWRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkSDgoGb2Zmc2V0GAIgASgDIiAKEFJlYWRCbG9iUmVzcG9uc2USDAoEZGF0YRgBIAEoDDLDAgoLQmxvYlNlcnZpY2UScQoQRmluZE1pc3NpbmdCbG9icxItLnN0YXJmb3JnZS5jb250cm9sLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Gi4uc3RhcmZvcmdlLmNvbnRyb2wudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEmQKC1VwbG9hZEJsb2JzEiguc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXF1ZXN0Gikuc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXNwb25zZSgBElsKCFJlYWRCbG9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXNwb25zZTABQmgKGGRldi5zdGFyZm9yZ2UuY29udHJvbC52MVABWjNzdGFyZm9yZ2UuZGV2L2dlbi9nby9zdGFyZm9yZ2UvY29udHJvbC92MTtjb250cm9sdjGqAhRTdGFyRm9yZ2UuQ29udHJvbC5WMWIGcHJvdG8z");
 
 /**
  * FindMissingBlobsRequest lists digests.
@@ -184,7 +184,8 @@ export const ReadBlobResponseSchema: GenMessage<ReadBlobResponse> = /*@__PURE__*
  * BlobService is the control plane's content-addressed store for workspace files, datasets and
  * capsule files. A blob's name is the sha256 of its content, so an unchanged file is uploaded
  * once. Users call it with their personal access token; executors read the blobs of one attempt
- * with that attempt's run token. Errors for every RPC: UNAUTHENTICATED.
+ * with that attempt's run token. Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo
+ * reason BAD_TOKEN), PERMISSION_DENIED (a token kind the RPC does not take; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.BlobService
  */
@@ -215,7 +216,9 @@ export const BlobService: GenService<{
   },
   /**
    * ReadBlob streams one blob's content in chunks of at most 1 MiB.
-   * Errors: NOT_FOUND, PERMISSION_DENIED (a run token reading a blob not of its run).
+   * Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND (also a blob the user may not read: they
+   * never uploaded it nor got it through a dataset), PERMISSION_DENIED (a run token reading a blob
+   * not of its run; reason TOKEN_SCOPE).
    *
    * @generated from rpc starforge.control.v1.BlobService.ReadBlob
    */

@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/control/v1/control_service.proto.
  */
 export const file_starforge_control_v1_control_service: GenFile = /*@__PURE__*/
-  fileDesc("CipzdGFyZm9yZ2UvY29udHJvbC92MS9jb250cm9sX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxImAKEFN1Ym1pdEpvYlJlcXVlc3QSJwoEc3BlYxgBIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYxISCgpyZXF1ZXN0X2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgiSQoRU3VibWl0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2ISEAoId2FybmluZ3MYAiADKAkiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiNAoOR2V0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiigIKD0xpc3RKb2JzUmVxdWVzdBIPCgdwcm9qZWN0GAEgASgJEg0KBW93bmVyGAIgASgJEioKBnN0YXRlcxgDIAMoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSEgoKZXhwZXJpbWVudBgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRJBCgZsYWJlbHMYByADKAsyMS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJQChBMaXN0Sm9ic1Jlc3BvbnNlEiMKBGpvYnMYASADKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMAoOU3RvcEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI1Cg9TdG9wSm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiMQoPUGF1c2VKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiNgoQUGF1c2VKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIiChBSZXN1bWVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSI3ChFSZXN1bWVKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIhCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjYKEFJldHJ5Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IilgEKFFN0cmVhbUpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRISCgp0YWlsX2xpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIWCg5hdHRlbXB0X251bWJlchgEIAEoBRIcChRhZnRlcl9hdHRlbXB0X251bWJlchgFIAEoBRIUCgxhZnRlcl9vZmZzZXQYBiABKAMicgoVU3RyZWFtSm9iTG9nc1Jlc3BvbnNlEigKBWxpbmVzGAEgAygLMhkuc3RhcmZvcmdlLmpvYi52MS5Mb2dMaW5lEi8KC2ZpbmFsX3N0YXRlGAIgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZSI5Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgDImEKEFdhdGNoSm9iUmVzcG9uc2USKQoFZXZlbnQYASABKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkpvYkV2ZW50EiIKA2pvYhgCIAEoCzIVLnN0YXJmb3JnZS5qb2IudjEuSm9iIl0KFEdldEpvYk1ldHJpY3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVuYW1lcxgCIAMoCRISCgptYXhfcG9pbnRzGAMgASgFEhIKCmFmdGVyX3N0ZXAYBCABKAMiRwoVR2V0Sm9iTWV0cmljc1Jlc3BvbnNlEi4KBnNlcmllcxgBIAMoCzIeLnN0YXJmb3JnZS5qb2IudjEuTWV0cmljU2VyaWVzIjUKFEdldEpvYlNhbXBsZXNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVsaW1pdBgCIAEoBSJCChVHZXRKb2JTYW1wbGVzUmVzcG9uc2USKQoHc2FtcGxlcxgBIAMoCzIYLnN0YXJmb3JnZS5qb2IudjEuU2FtcGxlIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0Ip4BChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIMCgR1c2VyGAIgASgJEg0KBWFkbWluGAMgASgIEhYKDmNhdGFsb2dfZGlnZXN0GAQgASgJEigKBHRpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXJ1bm5lcl9kaWdlc3QYBiABKAkiUAoXTGlzdEpvYkFydGlmYWN0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJInYKGExpc3RKb2JBcnRpZmFjdHNSZXNwb25zZRItCglhcnRpZmFjdHMYASADKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkFydGlmYWN0EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRISCgphdHRlbXB0X2lkGAMgASgJIkoKGkRvd25sb2FkSm9iQXJ0aWZhY3RSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIMCgRwYXRoGAIgASgJEg4KBm9mZnNldBgDIAEoAyJJChtEb3dubG9hZEpvYkFydGlmYWN0UmVzcG9uc2USDgoGb2Zmc2V0GAEgASgDEgwKBGRhdGEYAiABKAwSDAoEc2l6ZRgDIAEoAzKCCwoOQ29udHJvbFNlcnZpY2USXAoJU3VibWl0Sm9iEiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuU3VibWl0Sm9iUmVxdWVzdBonLnN0YXJmb3JnZS5jb250cm9sLnYxLlN1Ym1pdEpvYlJlc3BvbnNlElMKBkdldEpvYhIjLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldEpvYlJlcXVlc3QaJC5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JSZXNwb25zZRJZCghMaXN0Sm9icxIlLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JzUmVxdWVzdBomLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JzUmVzcG9uc2USVgoHU3RvcEpvYhIkLnN0YXJmb3JnZS5jb250cm9sLnYxLlN0b3BKb2JSZXF1ZXN0GiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuU3RvcEpvYlJlc3BvbnNlElkKCFBhdXNlSm9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUGF1c2VKb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUGF1c2VKb2JSZXNwb25zZRJcCglSZXN1bWVKb2ISJi5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXN1bWVKb2JSZXF1ZXN0Gicuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVzdW1lSm9iUmVzcG9uc2USWQoIUmV0cnlKb2ISJS5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXRyeUpvYlJlcXVlc3QaJi5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXRyeUpvYlJlc3BvbnNlEmoKDVN0cmVhbUpvYkxvZ3MSKi5zdGFyZm9yZ2UuY29udHJvbC52MS5TdHJlYW1Kb2JMb2dzUmVxdWVzdBorLnN0YXJmb3JnZS5jb250cm9sLnYxLlN0cmVhbUpvYkxvZ3NSZXNwb25zZTABElsKCFdhdGNoSm9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuV2F0Y2hKb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuV2F0Y2hKb2JSZXNwb25zZTABEmgKDUdldEpvYk1ldHJpY3MSKi5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JNZXRyaWNzUmVxdWVzdBorLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldEpvYk1ldHJpY3NSZXNwb25zZRJoCg1HZXRKb2JTYW1wbGVzEiouc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0Sm9iU2FtcGxlc1JlcXVlc3QaKy5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JTYW1wbGVzUmVzcG9uc2USaAoNR2V0U2VydmVySW5mbxIqLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0Gisuc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlEnEKEExpc3RKb2JBcnRpZmFjdHMSLS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9iQXJ0aWZhY3RzUmVxdWVzdBouLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JBcnRpZmFjdHNSZXNwb25zZRJ8ChNEb3dubG9hZEpvYkFydGlmYWN0EjAuc3RhcmZvcmdlLmNvbnRyb2wudjEuRG93bmxvYWRKb2JBcnRpZmFjdFJlcXVlc3QaMS5zdGFyZm9yZ2UuY29udHJvbC52MS5Eb3dubG9hZEpvYkFydGlmYWN0UmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_starforge_job_v1_artifact, file_starforge_job_v1_job, file_starforge_job_v1_job_spec, file_starforge_job_v1_job_state, file_starforge_job_v1_telemetry]);
+  fileDesc("CipzdGFyZm9yZ2UvY29udHJvbC92MS9jb250cm9sX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxImAKEFN1Ym1pdEpvYlJlcXVlc3QSJwoEc3BlYxgBIAEoCzIZLnN0YXJmb3JnZS5qb2IudjEuSm9iU3BlYxISCgpyZXF1ZXN0X2lkGAIgASgJEg8KB2RyeV9ydW4YAyABKAgiSQoRU3VibWl0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2ISEAoId2FybmluZ3MYAiADKAkiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiNAoOR2V0Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiigIKD0xpc3RKb2JzUmVxdWVzdBIPCgdwcm9qZWN0GAEgASgJEg0KBW93bmVyGAIgASgJEioKBnN0YXRlcxgDIAMoDjIaLnN0YXJmb3JnZS5qb2IudjEuSm9iU3RhdGUSEgoKZXhwZXJpbWVudBgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRJBCgZsYWJlbHMYByADKAsyMS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJQChBMaXN0Sm9ic1Jlc3BvbnNlEiMKBGpvYnMYASADKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMAoOU3RvcEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI1Cg9TdG9wSm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IiMQoPUGF1c2VKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiNgoQUGF1c2VKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIiChBSZXN1bWVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSI3ChFSZXN1bWVKb2JSZXNwb25zZRIiCgNqb2IYASABKAsyFS5zdGFyZm9yZ2Uuam9iLnYxLkpvYiIhCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjYKEFJldHJ5Sm9iUmVzcG9uc2USIgoDam9iGAEgASgLMhUuc3RhcmZvcmdlLmpvYi52MS5Kb2IilgEKFFN0cmVhbUpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRISCgp0YWlsX2xpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIWCg5hdHRlbXB0X251bWJlchgEIAEoBRIcChRhZnRlcl9hdHRlbXB0X251bWJlchgFIAEoBRIUCgxhZnRlcl9vZmZzZXQYBiABKAMicgoVU3RyZWFtSm9iTG9nc1Jlc3BvbnNlEigKBWxpbmVzGAEgAygLMhkuc3RhcmZvcmdlLmpvYi52MS5Mb2dMaW5lEi8KC2ZpbmFsX3N0YXRlGAIgASgOMhouc3RhcmZvcmdlLmpvYi52MS5Kb2JTdGF0ZSI5Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgDImEKEFdhdGNoSm9iUmVzcG9uc2USKQoFZXZlbnQYASABKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkpvYkV2ZW50EiIKA2pvYhgCIAEoCzIVLnN0YXJmb3JnZS5qb2IudjEuSm9iIl0KFEdldEpvYk1ldHJpY3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVuYW1lcxgCIAMoCRISCgptYXhfcG9pbnRzGAMgASgFEhIKCmFmdGVyX3N0ZXAYBCABKAMiRwoVR2V0Sm9iTWV0cmljc1Jlc3BvbnNlEi4KBnNlcmllcxgBIAMoCzIeLnN0YXJmb3JnZS5qb2IudjEuTWV0cmljU2VyaWVzIjUKFEdldEpvYlNhbXBsZXNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVsaW1pdBgCIAEoBSJCChVHZXRKb2JTYW1wbGVzUmVzcG9uc2USKQoHc2FtcGxlcxgBIAMoCzIYLnN0YXJmb3JnZS5qb2IudjEuU2FtcGxlIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0Ip4BChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIMCgR1c2VyGAIgASgJEg0KBWFkbWluGAMgASgIEhYKDmNhdGFsb2dfZGlnZXN0GAQgASgJEigKBHRpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXJ1bm5lcl9kaWdlc3QYBiABKAkiUAoXTGlzdEpvYkFydGlmYWN0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJInYKGExpc3RKb2JBcnRpZmFjdHNSZXNwb25zZRItCglhcnRpZmFjdHMYASADKAsyGi5zdGFyZm9yZ2Uuam9iLnYxLkFydGlmYWN0EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRISCgphdHRlbXB0X2lkGAMgASgJIkoKGkRvd25sb2FkSm9iQXJ0aWZhY3RSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIMCgRwYXRoGAIgASgJEg4KBm9mZnNldBgDIAEoAyJJChtEb3dubG9hZEpvYkFydGlmYWN0UmVzcG9uc2USDgoGb2Zmc2V0GAEgASgDEgwKBGRhdGEYAiABKAwSDAoEc2l6ZRgDIAEoAzKCCwoOQ29udHJvbFNlcnZpY2USXAoJU3VibWl0Sm9iEiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuU3VibWl0Sm9iUmVxdWVzdBonLnN0YXJmb3JnZS5jb250cm9sLnYxLlN1Ym1pdEpvYlJlc3BvbnNlElMKBkdldEpvYhIjLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldEpvYlJlcXVlc3QaJC5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JSZXNwb25zZRJZCghMaXN0Sm9icxIlLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JzUmVxdWVzdBomLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JzUmVzcG9uc2USVgoHU3RvcEpvYhIkLnN0YXJmb3JnZS5jb250cm9sLnYxLlN0b3BKb2JSZXF1ZXN0GiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuU3RvcEpvYlJlc3BvbnNlElkKCFBhdXNlSm9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUGF1c2VKb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUGF1c2VKb2JSZXNwb25zZRJcCglSZXN1bWVKb2ISJi5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXN1bWVKb2JSZXF1ZXN0Gicuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVzdW1lSm9iUmVzcG9uc2USWQoIUmV0cnlKb2ISJS5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXRyeUpvYlJlcXVlc3QaJi5zdGFyZm9yZ2UuY29udHJvbC52MS5SZXRyeUpvYlJlc3BvbnNlEmoKDVN0cmVhbUpvYkxvZ3MSKi5zdGFyZm9yZ2UuY29udHJvbC52MS5TdHJlYW1Kb2JMb2dzUmVxdWVzdBorLnN0YXJmb3JnZS5jb250cm9sLnYxLlN0cmVhbUpvYkxvZ3NSZXNwb25zZTABElsKCFdhdGNoSm9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuV2F0Y2hKb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuV2F0Y2hKb2JSZXNwb25zZTABEmgKDUdldEpvYk1ldHJpY3MSKi5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JNZXRyaWNzUmVxdWVzdBorLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldEpvYk1ldHJpY3NSZXNwb25zZRJoCg1HZXRKb2JTYW1wbGVzEiouc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0Sm9iU2FtcGxlc1JlcXVlc3QaKy5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXRKb2JTYW1wbGVzUmVzcG9uc2USaAoNR2V0U2VydmVySW5mbxIqLnN0YXJmb3JnZS5jb250cm9sLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0Gisuc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlEnEKEExpc3RKb2JBcnRpZmFjdHMSLS5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0Sm9iQXJ0aWZhY3RzUmVxdWVzdBouLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3RKb2JBcnRpZmFjdHNSZXNwb25zZRJ8ChNEb3dubG9hZEpvYkFydGlmYWN0EjAuc3RhcmZvcmdlLmNvbnRyb2wudjEuRG93bmxvYWRKb2JBcnRpZmFjdFJlcXVlc3QaMS5zdGFyZm9yZ2UuY29udHJvbC52MS5Eb3dubG9hZEpvYkFydGlmYWN0UmVzcG9uc2UwAUJoChhkZXYuc3RhcmZvcmdlLmNvbnRyb2wudjFQAVozc3RhcmZvcmdlLmRldi9nZW4vZ28vc3RhcmZvcmdlL2NvbnRyb2wvdjE7Y29udHJvbHYxqgIUU3RhckZvcmdlLkNvbnRyb2wuVjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_starforge_job_v1_artifact, file_starforge_job_v1_job, file_starforge_job_v1_job_spec, file_starforge_job_v1_job_state, file_starforge_job_v1_telemetry]);
 
 /**
  * SubmitJobRequest carries the spec to admit.
@@ -874,10 +874,11 @@ export const DownloadJobArtifactResponseSchema: GenMessage<DownloadJobArtifactRe
 /**
  * ControlService is the user-facing job API of the control plane: submit, inspect, follow and
  * control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
- * metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
- * A user sees and controls only their own jobs; admins see all (else PERMISSION_DENIED or,
- * for ids the caller may not see, NOT_FOUND). Refusals carry google.rpc error details
+ * metadata. A user sees and controls only their own jobs; admins see all (another user's job is
+ * NOT_FOUND, never PERMISSION_DENIED, so ids do not leak). Refusals carry google.rpc error details
  * (BadRequest, PreconditionFailure, QuotaFailure, ErrorInfo with a starforge ErrorReason).
+ * Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+ * (a run, node or executor token; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.ControlService
  */
@@ -886,9 +887,12 @@ export const ControlService: GenService<{
    * SubmitJob admits a JobSpec and queues it. Admission checks the catalog handshake, overrides,
    * profiles, inputs, image allowlist, HuggingFace access, batch size and fleet capabilities.
    * Over quota is not an error: the job is queued and waits with reason QUOTA.
-   * Errors: INVALID_ARGUMENT (BadRequest), NOT_FOUND (unknown method), FAILED_PRECONDITION
-   * (stale lock, missing blob, HF precheck, no fleet), PERMISSION_DENIED (image not allowlisted),
-   * UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
+   * workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
+   * FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
+   * PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
+   * submissions per second than the console allows; RetryInfo), UNAVAILABLE (the HuggingFace Hub
+   * could not be reached for the precheck; retry), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.SubmitJob
    */
@@ -899,7 +903,7 @@ export const ControlService: GenService<{
   },
   /**
    * GetJob returns one job with its attempts, wait reason and diagnosis.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.GetJob
    */
@@ -922,7 +926,8 @@ export const ControlService: GenService<{
   /**
    * StopJob stops a job: a queued job ends STOPPED at once; a running one is stopped on its
    * backend and ends STOPPED. Stopping a job that is already STOPPED succeeds.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED or FAILED), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED
+   * or FAILED), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.StopJob
    */
@@ -933,7 +938,8 @@ export const ControlService: GenService<{
   },
   /**
    * PauseJob releases the job's GPUs and keeps its checkpoint; the job ends PAUSED.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the fleet cannot pause), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the
+   * fleet cannot pause), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.PauseJob
    */
@@ -944,7 +950,8 @@ export const ControlService: GenService<{
   },
   /**
    * ResumeJob queues a PAUSED or STOPPED job again; it continues from its latest checkpoint.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED or STOPPED), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not PAUSED or
+   * STOPPED), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.ResumeJob
    */
@@ -955,7 +962,8 @@ export const ControlService: GenService<{
   },
   /**
    * RetryJob queues a FAILED job again as a new attempt of the same run.
-   * Errors: NOT_FOUND, FAILED_PRECONDITION (not FAILED), UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not FAILED),
+   * UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.RetryJob
    */
@@ -966,7 +974,7 @@ export const ControlService: GenService<{
   },
   /**
    * StreamJobLogs streams a job's log lines; with follow it keeps streaming until the job ends.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.StreamJobLogs
    */
@@ -977,7 +985,7 @@ export const ControlService: GenService<{
   },
   /**
    * WatchJob streams the job's ledger transitions (first the current state) until it ends.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.WatchJob
    */
@@ -988,7 +996,7 @@ export const ControlService: GenService<{
   },
   /**
    * GetJobMetrics returns the metric series a job reported.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.GetJobMetrics
    */
@@ -999,7 +1007,7 @@ export const ControlService: GenService<{
   },
   /**
    * GetJobSamples returns samples (e.g. RL generations) a job reported.
-   * Errors: NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.GetJobSamples
    */

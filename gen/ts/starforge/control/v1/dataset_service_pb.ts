@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/control/v1/dataset_service.proto.
  */
 export const file_starforge_control_v1_dataset_service: GenFile = /*@__PURE__*/
-  fileDesc("CipzdGFyZm9yZ2UvY29udHJvbC92MS9kYXRhc2V0X3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxIsYBCgdEYXRhc2V0Eg0KBW93bmVyGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHdmVyc2lvbhgDIAEoCRI1CghtYW5pZmVzdBgEIAEoCzIjLnN0YXJmb3JnZS5qb2IudjEuV29ya3NwYWNlTWFuaWZlc3QSEwoLZGVzY3JpcHRpb24YBSABKAkSLwoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHZlcnNpb25zGAcgAygJIn8KElB1c2hEYXRhc2V0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSNQoIbWFuaWZlc3QYAyABKAsyIy5zdGFyZm9yZ2Uuam9iLnYxLldvcmtzcGFjZU1hbmlmZXN0EhMKC2Rlc2NyaXB0aW9uGAQgASgJIkUKE1B1c2hEYXRhc2V0UmVzcG9uc2USLgoHZGF0YXNldBgBIAEoCzIdLnN0YXJmb3JnZS5jb250cm9sLnYxLkRhdGFzZXQiJAoTTGlzdERhdGFzZXRzUmVxdWVzdBINCgVvd25lchgBIAEoCSJHChRMaXN0RGF0YXNldHNSZXNwb25zZRIvCghkYXRhc2V0cxgBIAMoCzIdLnN0YXJmb3JnZS5jb250cm9sLnYxLkRhdGFzZXQiIAoRR2V0RGF0YXNldFJlcXVlc3QSCwoDcmVmGAEgASgJIkQKEkdldERhdGFzZXRSZXNwb25zZRIuCgdkYXRhc2V0GAEgASgLMh0uc3RhcmZvcmdlLmNvbnRyb2wudjEuRGF0YXNldDK8AgoORGF0YXNldFNlcnZpY2USYgoLUHVzaERhdGFzZXQSKC5zdGFyZm9yZ2UuY29udHJvbC52MS5QdXNoRGF0YXNldFJlcXVlc3QaKS5zdGFyZm9yZ2UuY29udHJvbC52MS5QdXNoRGF0YXNldFJlc3BvbnNlEmUKDExpc3REYXRhc2V0cxIpLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3REYXRhc2V0c1JlcXVlc3QaKi5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0RGF0YXNldHNSZXNwb25zZRJfCgpHZXREYXRhc2V0Eicuc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0RGF0YXNldFJlcXVlc3QaKC5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXREYXRhc2V0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp, file_starforge_job_v1_workspace]);
+  fileDesc("CipzdGFyZm9yZ2UvY29udHJvbC92MS9kYXRhc2V0X3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxIsYBCgdEYXRhc2V0Eg0KBW93bmVyGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHdmVyc2lvbhgDIAEoCRI1CghtYW5pZmVzdBgEIAEoCzIjLnN0YXJmb3JnZS5qb2IudjEuV29ya3NwYWNlTWFuaWZlc3QSEwoLZGVzY3JpcHRpb24YBSABKAkSLwoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHZlcnNpb25zGAcgAygJIn8KElB1c2hEYXRhc2V0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSNQoIbWFuaWZlc3QYAyABKAsyIy5zdGFyZm9yZ2Uuam9iLnYxLldvcmtzcGFjZU1hbmlmZXN0EhMKC2Rlc2NyaXB0aW9uGAQgASgJIkUKE1B1c2hEYXRhc2V0UmVzcG9uc2USLgoHZGF0YXNldBgBIAEoCzIdLnN0YXJmb3JnZS5jb250cm9sLnYxLkRhdGFzZXQiJAoTTGlzdERhdGFzZXRzUmVxdWVzdBINCgVvd25lchgBIAEoCSJHChRMaXN0RGF0YXNldHNSZXNwb25zZRIvCghkYXRhc2V0cxgBIAMoCzIdLnN0YXJmb3JnZS5jb250cm9sLnYxLkRhdGFzZXQiIAoRR2V0RGF0YXNldFJlcXVlc3QSCwoDcmVmGAEgASgJIkQKEkdldERhdGFzZXRSZXNwb25zZRIuCgdkYXRhc2V0GAEgASgLMh0uc3RhcmZvcmdlLmNvbnRyb2wudjEuRGF0YXNldDK8AgoORGF0YXNldFNlcnZpY2USYgoLUHVzaERhdGFzZXQSKC5zdGFyZm9yZ2UuY29udHJvbC52MS5QdXNoRGF0YXNldFJlcXVlc3QaKS5zdGFyZm9yZ2UuY29udHJvbC52MS5QdXNoRGF0YXNldFJlc3BvbnNlEmUKDExpc3REYXRhc2V0cxIpLnN0YXJmb3JnZS5jb250cm9sLnYxLkxpc3REYXRhc2V0c1JlcXVlc3QaKi5zdGFyZm9yZ2UuY29udHJvbC52MS5MaXN0RGF0YXNldHNSZXNwb25zZRJfCgpHZXREYXRhc2V0Eicuc3RhcmZvcmdlLmNvbnRyb2wudjEuR2V0RGF0YXNldFJlcXVlc3QaKC5zdGFyZm9yZ2UuY29udHJvbC52MS5HZXREYXRhc2V0UmVzcG9uc2VCaAoYZGV2LnN0YXJmb3JnZS5jb250cm9sLnYxUAFaM3N0YXJmb3JnZS5kZXYvZ2VuL2dvL3N0YXJmb3JnZS9jb250cm9sL3YxO2NvbnRyb2x2MaoCFFN0YXJGb3JnZS5Db250cm9sLlYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_starforge_job_v1_workspace]);
 
 /**
  * Dataset is one version of a dataset.
@@ -229,6 +229,8 @@ export const GetDatasetResponseSchema: GenMessage<GetDatasetResponse> = /*@__PUR
 /**
  * DatasetService stores versioned platform datasets, "<owner>/<name>@<version>". Content is
  * uploaded through BlobService first. Every RPC needs a personal access token.
+ * Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+ * (a run, node or executor token; reason TOKEN_SCOPE).
  *
  * @generated from service starforge.control.v1.DatasetService
  */
@@ -236,7 +238,7 @@ export const DatasetService: GenService<{
   /**
    * PushDataset creates a new version of a dataset from a manifest of uploaded blobs.
    * Errors: INVALID_ARGUMENT (bad name or path), FAILED_PRECONDITION (a blob is missing),
-   * ALREADY_EXISTS (that version exists with other content), PERMISSION_DENIED (another owner).
+   * ALREADY_EXISTS (that version exists with other content). A dataset is always the caller's.
    *
    * @generated from rpc starforge.control.v1.DatasetService.PushDataset
    */
@@ -258,7 +260,7 @@ export const DatasetService: GenService<{
   },
   /**
    * GetDataset returns one version with its files.
-   * Errors: NOT_FOUND.
+   * Errors: INVALID_ARGUMENT (ref is not <owner>/<name>[@<version>]), NOT_FOUND.
    *
    * @generated from rpc starforge.control.v1.DatasetService.GetDataset
    */

@@ -422,8 +422,9 @@ default_message_pool.register_message("starforge.catalog.v1", "Runtime", Runtime
 class CatalogServiceStub(betterproto2_grpclib.ServiceStub):
     """
     CatalogService publishes the server's method catalog. Clients use it to write and check
-    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token
-    (UNAUTHENTICATED without one).
+    recipe.lock.json (the catalog handshake). Every RPC requires a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def list_recipes(

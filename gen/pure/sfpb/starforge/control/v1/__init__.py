@@ -2010,7 +2010,9 @@ default_message_pool.register_message("starforge.control.v1", "WhoAmIResponse", 
 class AccountServiceStub(betterproto2_grpclib.ServiceStub):
     """
     AccountService manages users and personal access tokens. Tokens are shown once and stored
-    hashed. Every RPC needs a valid personal access token (UNAUTHENTICATED otherwise).
+    hashed. Every RPC needs a valid personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def who_am_i(
@@ -2048,7 +2050,8 @@ class AccountServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "CreateTokenResponse":
         """
         CreateToken creates a personal access token for the caller (admins: for any user).
-        Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin).
+        Errors: INVALID_ARGUMENT (bad name or ttl), PERMISSION_DENIED (another user, not admin),
+        NOT_FOUND (an admin names a user that does not exist).
         """
 
         return await self._unary_unary(
@@ -2092,7 +2095,7 @@ class AccountServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "RevokeTokenResponse":
         """
         RevokeToken revokes one of the caller's tokens; revoking a revoked token succeeds.
-        Errors: NOT_FOUND, PERMISSION_DENIED.
+        Errors: NOT_FOUND (no such token, or another user's and the caller is not an admin).
         """
 
         return await self._unary_unary(
@@ -2157,7 +2160,8 @@ class BlobServiceStub(betterproto2_grpclib.ServiceStub):
     BlobService is the control plane's content-addressed store for workspace files, datasets and
     capsule files. A blob's name is the sha256 of its content, so an unchanged file is uploaded
     once. Users call it with their personal access token; executors read the blobs of one attempt
-    with that attempt's run token. Errors for every RPC: UNAUTHENTICATED.
+    with that attempt's run token. Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo
+    reason BAD_TOKEN), PERMISSION_DENIED (a token kind the RPC does not take; reason TOKEN_SCOPE).
     """
 
     async def find_missing_blobs(
@@ -2217,7 +2221,9 @@ class BlobServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[ReadBlobResponse]":
         """
         ReadBlob streams one blob's content in chunks of at most 1 MiB.
-        Errors: NOT_FOUND, PERMISSION_DENIED (a run token reading a blob not of its run).
+        Errors: INVALID_ARGUMENT (negative offset), NOT_FOUND (also a blob the user may not read: they
+        never uploaded it nor got it through a dataset), PERMISSION_DENIED (a run token reading a blob
+        not of its run; reason TOKEN_SCOPE).
         """
 
         async for response in self._unary_stream(
@@ -2235,10 +2241,11 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     """
     ControlService is the user-facing job API of the control plane: submit, inspect, follow and
     control jobs. Every RPC needs a personal access token in the "authorization: Bearer <token>"
-    metadata; without a valid one it returns UNAUTHENTICATED (ErrorInfo reason BAD_TOKEN).
-    A user sees and controls only their own jobs; admins see all (else PERMISSION_DENIED or,
-    for ids the caller may not see, NOT_FOUND). Refusals carry google.rpc error details
+    metadata. A user sees and controls only their own jobs; admins see all (another user's job is
+    NOT_FOUND, never PERMISSION_DENIED, so ids do not leak). Refusals carry google.rpc error details
     (BadRequest, PreconditionFailure, QuotaFailure, ErrorInfo with a starforge ErrorReason).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def submit_job(
@@ -2253,9 +2260,12 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         SubmitJob admits a JobSpec and queues it. Admission checks the catalog handshake, overrides,
         profiles, inputs, image allowlist, HuggingFace access, batch size and fleet capabilities.
         Over quota is not an error: the job is queued and waits with reason QUOTA.
-        Errors: INVALID_ARGUMENT (BadRequest), NOT_FOUND (unknown method), FAILED_PRECONDITION
-        (stale lock, missing blob, HF precheck, no fleet), PERMISSION_DENIED (image not allowlisted),
-        UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
+        workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
+        FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
+        PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
+        submissions per second than the console allows; RetryInfo), UNAVAILABLE (the HuggingFace Hub
+        could not be reached for the precheck; retry), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2277,7 +2287,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetJobResponse":
         """
         GetJob returns one job with its attempts, wait reason and diagnosis.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2322,7 +2332,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         """
         StopJob stops a job: a queued job ends STOPPED at once; a running one is stopped on its
         backend and ends STOPPED. Stopping a job that is already STOPPED succeeds.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED or FAILED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (job already SUCCEEDED
+        or FAILED), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2344,7 +2355,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "PauseJobResponse":
         """
         PauseJob releases the job's GPUs and keeps its checkpoint; the job ends PAUSED.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the fleet cannot pause), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING, or the
+        fleet cannot pause), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2366,7 +2378,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "ResumeJobResponse":
         """
         ResumeJob queues a PAUSED or STOPPED job again; it continues from its latest checkpoint.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED or STOPPED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not PAUSED or
+        STOPPED), UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2388,7 +2401,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "RetryJobResponse":
         """
         RetryJob queues a FAILED job again as a new attempt of the same run.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (not FAILED), UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, FAILED_PRECONDITION (not FAILED),
+        UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2410,7 +2424,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[StreamJobLogsResponse]":
         """
         StreamJobLogs streams a job's log lines; with follow it keeps streaming until the job ends.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         async for response in self._unary_stream(
@@ -2433,7 +2447,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[WatchJobResponse]":
         """
         WatchJob streams the job's ledger transitions (first the current state) until it ends.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         async for response in self._unary_stream(
@@ -2456,7 +2470,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetJobMetricsResponse":
         """
         GetJobMetrics returns the metric series a job reported.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2478,7 +2492,7 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetJobSamplesResponse":
         """
         GetJobSamples returns samples (e.g. RL generations) a job reported.
-        Errors: NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
         """
 
         return await self._unary_unary(
@@ -2572,6 +2586,8 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
     """
     DatasetService stores versioned platform datasets, "<owner>/<name>@<version>". Content is
     uploaded through BlobService first. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def push_dataset(
@@ -2585,7 +2601,7 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
         """
         PushDataset creates a new version of a dataset from a manifest of uploaded blobs.
         Errors: INVALID_ARGUMENT (bad name or path), FAILED_PRECONDITION (a blob is missing),
-        ALREADY_EXISTS (that version exists with other content), PERMISSION_DENIED (another owner).
+        ALREADY_EXISTS (that version exists with other content). A dataset is always the caller's.
         """
 
         return await self._unary_unary(
@@ -2629,7 +2645,7 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "GetDatasetResponse":
         """
         GetDataset returns one version with its files.
-        Errors: NOT_FOUND.
+        Errors: INVALID_ARGUMENT (ref is not <owner>/<name>[@<version>]), NOT_FOUND.
         """
 
         return await self._unary_unary(
@@ -2645,7 +2661,9 @@ class DatasetServiceStub(betterproto2_grpclib.ServiceStub):
 class FleetServiceStub(betterproto2_grpclib.ServiceStub):
     """
     FleetService shows the hardware registry, the fleets and the queue, and lets admins drain
-    fleets. Every RPC needs a personal access token (UNAUTHENTICATED otherwise).
+    fleets. Every RPC needs a personal access token.
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def list_profiles(
@@ -2749,9 +2767,10 @@ class SecretServiceStub(betterproto2_grpclib.ServiceStub):
     SecretService stores secrets (API keys, tokens) that jobs name in `secrets:` of config.yaml or
     with `sf submit --secret`. A secret belongs to a user, or to a project ("@alice/lab", managed by
     its user). Values are encrypted at rest with the console's key and are never returned: they only
-    reach the environment of the jobs that name them. Every RPC needs a personal access token
-    (UNAUTHENTICATED without one, PERMISSION_DENIED with a run or node token). A console without a
-    secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    reach the environment of the jobs that name them. Every RPC needs a personal access token. A
+    console without a secrets key refuses every RPC with FAILED_PRECONDITION (ERROR_REASON_SECRETS_DISABLED).
+    Errors of every RPC: UNAUTHENTICATED (no valid token; ErrorInfo reason BAD_TOKEN), PERMISSION_DENIED
+    (a run, node or executor token; reason TOKEN_SCOPE).
     """
 
     async def set_secret(

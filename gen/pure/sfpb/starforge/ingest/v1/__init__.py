@@ -262,8 +262,11 @@ class IngestServiceStub(betterproto2_grpclib.ServiceStub):
         Report is a bidirectional stream: the capsule sends batches of records in sequence order,
         the server answers each batch with the highest sequence number stored without gaps.
         The capsule keeps records on disk until they are acknowledged.
-        Errors: UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT (records out of order, a record
-        over 1 MiB), RESOURCE_EXHAUSTED (the server sheds load; retry after the delay in RetryInfo).
+        A record over the console's limits is stored cut, never refused.
+        Errors: UNAUTHENTICATED, PERMISSION_DENIED (TOKEN_SCOPE: another attempt's records; ATTEMPT_ENDED:
+        a lifecycle record of an ended attempt), INVALID_ARGUMENT (no attempt_id, two attempts on one
+        stream, records out of order, more than 5000 records in a batch), RESOURCE_EXHAUSTED (a message
+        over 4 MiB: MESSAGE_TOO_LARGE).
         """
 
         async for response in self._stream_stream(
@@ -288,7 +291,7 @@ class IngestServiceStub(betterproto2_grpclib.ServiceStub):
         """
         GetCursor returns the highest sequence number stored for an attempt, so a restarted capsule
         resends only what is missing.
-        Errors: UNAUTHENTICATED, PERMISSION_DENIED.
+        Errors: UNAUTHENTICATED, PERMISSION_DENIED (TOKEN_SCOPE: another attempt).
         """
 
         return await self._unary_unary(
