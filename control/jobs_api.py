@@ -262,11 +262,14 @@ class JobsApi:
         return job
 
     async def requeue(self, principal: Principal, job_id: str, what: str) -> job_pb2.Job:
-        """`resume` (PAUSED/STOPPED) or `retry` (FAILED): a new attempt of the same run."""
+        """`resume` (PAUSED/STOPPED) or `retry` (FAILED/STOPPED): a new attempt of the same run.
+
+        Both keep the job id and its FORGE_OUT_DIR, so the new attempt starts with FORGE_RESUME=1
+        and resumes from the latest checkpoint there."""
 
         def apply(s: Session) -> job_pb2.Job:
             job = jobs.get_job(s, _visible(s, principal, job_id).id, for_update=True)
-            allowed = (sm.PAUSED, sm.STOPPED) if what == "resume" else (sm.FAILED,)
+            allowed = (sm.PAUSED, sm.STOPPED) if what == "resume" else (sm.FAILED, sm.STOPPED)
             if job.state not in allowed:
                 want = " or ".join(sm.name(x) for x in allowed)
                 raise errors.FailedPrecondition(f"job {job.id} is {sm.name(job.state)}; {what} needs it {want}")
