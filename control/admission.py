@@ -22,7 +22,7 @@ from control import hf
 from control.assembly import entrypoint, observability
 from control.auth import Principal
 from control.blobstore import BlobStore
-from control.config import ControlConfig
+from control.config import DEFAULT_QUEUE, ControlConfig
 from control.executors import ExecutorPool
 from recipes import params
 from recipes.catalog import Catalog, RecipeDecl
@@ -300,6 +300,9 @@ def eligible_fleets(
             continue
         status = executors.status[fleet.name]
         why = ""
+        if not fleet.serves(spec.queue):
+            reasons.append(f"fleet {fleet.name} does not serve queue {spec.queue or DEFAULT_QUEUE}")
+            continue
         inv = {i.series: i for i in fleet.inventory}
         if status.misconfigured:
             why = status.misconfigured
@@ -340,6 +343,15 @@ def eligible_fleets(
             precondition_violations=tuple(errors.PreconditionViolation("FLEET", "fleets", r) for r in reasons),
         )
     return names
+
+
+def check_queue(spec: job_spec_pb2.JobSpec, cfg: ControlConfig) -> None:
+    """--queue names a queue some fleet serves (fleets' `queues:`); empty is the default queue."""
+    known = cfg.queue_names()
+    queue = spec.queue or DEFAULT_QUEUE
+    if queue not in known:
+        given = f"unknown queue {queue!r}" if spec.queue else "no fleet serves the default queue; pass --queue"
+        raise _field("queue", f"{given}; this console's queues: {', '.join(known) or 'none'}")
 
 
 def hub_repos(spec: job_spec_pb2.JobSpec) -> list[hf.Repo]:
@@ -398,6 +410,7 @@ def admit(
             reason=er.ERROR_REASON_MISSING_BLOB,
             precondition_violations=tuple(errors.PreconditionViolation("BLOB", d, "missing") for d in missing[:20]),
         )
+    check_queue(spec, cfg)
     fleets = eligible_fleets(pools, image, spec, cfg, executors)
     if hub is not None:
         for repo in hub_repos(spec):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,6 +26,11 @@ class InventoryConfig:
     slots: int = 0
 
 
+# The queue of a job submitted without --queue, and of fleets that name no queues.
+DEFAULT_QUEUE = "default"
+QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     """A group of machines run by one executor kind, reached at `address`.
@@ -39,7 +45,12 @@ class FleetConfig:
     inventory: list[InventoryConfig] = field(default_factory=list)
     token: str = ""
     window: str = ""
+    # Named queues this fleet serves (`sf submit --queue Q`); empty: only the default queue.
     queues: list[str] = field(default_factory=list)
+
+    def serves(self, queue: str) -> bool:
+        """Whether jobs of `queue` ("" or DEFAULT_QUEUE: the default queue) may run on this fleet."""
+        return (queue or DEFAULT_QUEUE) in (self.queues or [DEFAULT_QUEUE])
 
 
 @dataclass(frozen=True)
@@ -175,6 +186,10 @@ class ControlConfig:
     def fleet(self, name: str) -> FleetConfig | None:
         return next((f for f in self.fleets if f.name == name), None)
 
+    def queue_names(self) -> list[str]:
+        """Every queue some fleet serves, sorted (the default queue when a fleet names none)."""
+        return sorted({q for f in self.fleets for q in (f.queues or [DEFAULT_QUEUE])})
+
     def _validate_limits(self) -> None:
         for name in POSITIVE_LIMITS:
             if getattr(self, name) <= 0:
@@ -214,6 +229,11 @@ class ControlConfig:
                 raise ConfigError(
                     f"fleets.{f.name}.kind: unknown executor kind {f.kind!r}; valid kinds: {', '.join(EXECUTOR_KINDS)}"
                 )
+            for q in f.queues:
+                if not QUEUE_NAME.match(q):
+                    raise ConfigError(
+                        f"fleets.{f.name}.queues: {q!r} is not a queue name (lower-case letters, digits, - and _)"
+                    )
             if not f.address or ":" not in f.address:
                 raise ConfigError(f"fleets.{f.name}.address: expected host:port, got {f.address!r}")
             for inv in f.inventory:

@@ -18,6 +18,7 @@ from common import errors, ids
 from control import admission, blob_access, datasets, hf, rate_limit, secrets
 from control import metrics as prom
 from control.auth import Principal
+from control.config import DEFAULT_QUEUE
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, pipeline
@@ -158,7 +159,7 @@ class JobsApi:
             project=spec.project,
             experiment=spec.experiment,
             method=spec.method,
-            queue=spec.queue or "default",
+            queue=spec.queue or DEFAULT_QUEUE,
             priority=max(-100, min(100, spec.priority)),
             series=admitted.series,
             gpus=admitted.gpus,

@@ -190,7 +190,14 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--retries", help="Automatic retries for infra failures (default: server's).")
         ] = None,
         priority: Annotated[int, typer.Option("--priority", help="Queue priority, -100..100; higher first.")] = 0,
-        queue: Annotated[str, typer.Option("--queue", help="Queue (default: the server's).")] = "",
+        queue: Annotated[
+            str,
+            typer.Option(
+                "--queue",
+                help="Named queue: only fleets that serve it (the console's fleets[].queues) run the job; "
+                "an unknown queue is refused with the console's list. Default: the default queue.",
+            ),
+        ] = "",
         fleet: Annotated[str, typer.Option("--fleet", help="Pin to one fleet.")] = "",
         label: Annotated[list[str] | None, typer.Option("--label", help="Label KEY=VALUE (repeat).")] = None,
         env: Annotated[

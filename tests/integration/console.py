@@ -15,7 +15,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,6 +267,7 @@ async def console(
     kind: str = "local",
     fleet_kind: str = "",
     fleet_address: str = "",
+    queues: Sequence[str] = (),
     **overrides: Any,
 ) -> AsyncIterator[Console]:
     """A console whose one fleet ("local", or named after `kind`) is a real executor process.
@@ -291,6 +292,7 @@ async def console(
                 address=fleet_address or address,
                 inventory=inventory or [InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
                 token=EXECUTOR_TOKEN,
+                queues=list(queues),
             )
         ],
     )
