@@ -9,10 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.config import ConfigError, load_config
-from common.tls import TlsConfig, check_dial, check_listen
+from common.tls import TlsConfig, check_dial, check_listen, host_of, is_loopback
 from control import windows
 
 EXECUTOR_KINDS = ("local", "agent", "kuberay", "slurm")
+# Executor kinds whose jobs run on other machines than the control plane's.
+REMOTE_KINDS = ("agent", "kuberay", "slurm")
+# Listen hosts that mean "every interface": as a public address the console falls back to 127.0.0.1.
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ class ControlConfig:
     listen: str = "127.0.0.1:7070"
     # Address jobs use to reach ingest and blobs; empty means `listen` (fine on one machine).
     public_address: str = ""
+    # Let agent/kuberay/slurm fleets be told a loopback public_address (tests on one host only).
+    allow_loopback_public_address: bool = False
     state_dir: pathlib.Path = pathlib.Path("~/.local/share/starforge/console")
     # SQLAlchemy URL; empty means SQLite in state_dir. PostgreSQL: postgresql+psycopg://...
     database_url: str = ""
@@ -215,6 +221,7 @@ class ControlConfig:
             if q.gpus < 0:
                 raise ConfigError(f"quotas: gpus must not be negative (series {q.series})")
         self.validate_tls()
+        self.validate_public_address()
         for f in self.fleets:
             try:
                 windows.parse(f.window)
@@ -242,6 +249,25 @@ class ControlConfig:
                         f"fleets.{f.name}.inventory: series {inv.series!r} is not in the hardware "
                         f"registry ({', '.join(sorted(known_series))})"
                     )
+
+    def validate_public_address(self) -> None:
+        """Jobs on other machines (agent, kuberay, slurm fleets) cannot reach a loopback address:
+        refuse to tell them one, unless `allow_loopback_public_address` (everything on one host)."""
+        remote = sorted({f.kind for f in self.fleets if f.kind in REMOTE_KINDS})
+        if not remote or self.allow_loopback_public_address:
+            return
+        told = {"public_address": self.public_address or self.listen}
+        if any(f.kind == "kuberay" for f in self.fleets) and (self.public_http_url or self.http_listen):
+            told["public_http_url"] = self.public_http_url or f"http://{self.http_listen}"
+        for key, address in told.items():
+            host = host_of(address)
+            if is_loopback(address) or host in WILDCARD_HOSTS:
+                raise ConfigError(
+                    f"{key}: {address} is a loopback address (or, from `listen`, falls back to 127.0.0.1), "
+                    f"but {', '.join(remote)} fleets run jobs on other machines, which would reach "
+                    f"themselves instead of this console; set {key} to an address those machines reach "
+                    "(allow_loopback_public_address: true only when every fleet runs on this host)"
+                )
 
     def validate_tls(self) -> None:
         """Plaintext only on loopback (or with tls.plaintext); jobs need the CA that verifies us."""
