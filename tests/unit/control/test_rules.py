@@ -256,3 +256,14 @@ def test_backfill_is_flagged_when_a_job_waits_beside_free_capacity() -> None:
     assert d.placed == [] and d.backfill
     d = placement.decide(cands, [placement.FleetCapacity("gpu", {"h200": 8}, {"h200": 1})])
     assert d.placed == [("small", "gpu")] and d.backfill  # 4 GPUs still free while "big" waits
+
+
+def test_missing_untracked_names_only_a_file_an_error_line_names() -> None:
+    untracked = ["notes.txt", "experiments/exp/prep.py", "experiments/exp/helpers/__init__.py"]
+    line = "python3: can't open file '/ws/experiments/exp/prep.py': [Errno 2] No such file or directory"
+    assert diagnosis.missing_untracked(["starting", line], untracked) == "experiments/exp/prep.py"
+    assert diagnosis.missing_untracked(["bash: ./prep.py: No such file or directory"], untracked) == "experiments/exp/prep.py"
+    assert diagnosis.missing_untracked(["FileNotFoundError: data/train.parquet"], untracked) == ""
+    assert diagnosis.missing_untracked(["prep.py ran fine"], untracked) == ""
+    assert diagnosis.untracked_module("helpers", untracked) == "experiments/exp/helpers/__init__.py"
+    assert diagnosis.untracked_module("numpy", untracked) == ""
