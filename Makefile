@@ -11,7 +11,7 @@ APT_STAMP := build/.apt-installed
 WEB_DEPS := web/node_modules/.ci-installed
 APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver
 
-.PHONY: demo test setup venv system-deps gen gen-check lint check capsule unit integration bench bench-ab soak clean web
+.PHONY: demo test setup venv system-deps gen gen-check lint check capsule sdk-wheel unit integration bench bench-ab soak clean web
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
@@ -61,6 +61,9 @@ lint: venv
 
 capsule: venv  ## build the content-addressed runner.pex
 	$(BIN)/python -m capsule.build --out build/capsule
+
+sdk-wheel: venv  ## the `starforge` SDK as a wheel for images in external observability mode (build/sdk)
+	$(BIN)/python -m capsule.sdk_wheel --out build/sdk
 
 unit: venv
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit

@@ -16,10 +16,11 @@ from starforge.control.v1 import error_reason_pb2 as er
 from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.job.v1 import job_spec_pb2
 
+from capsule.runner import observability as obs
 from common import errors, profiles
 from common.sensitive import CONTENT_LIMIT, bad_path, why_sensitive
 from control import hf
-from control.assembly import entrypoint, observability
+from control.assembly import entrypoint, observability, resolved_observability
 from control.auth import Principal
 from control.blobstore import BlobStore
 from control.config import DEFAULT_QUEUE, ControlConfig
@@ -44,6 +45,8 @@ class Admitted:
     series: str
     gpus: int
     warnings: list[str] = field(default_factory=list)
+    # Mode, URL and tool as resolved from the flags, config.yaml and the recipe (stored in the job).
+    observability: job_spec_pb2.Observability = field(default_factory=job_spec_pb2.Observability)
 
 
 def _field(field: str, message: str, reason: int = er.ERROR_REASON_INVALID_ARGUMENT) -> errors.InvalidArgument:
@@ -194,12 +197,27 @@ def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[st
             "or set `observability: platform` in config.yaml to use StarForge's metrics",
             er.ERROR_REASON_MISSING_INPUT,
         )
+    check_observability(spec, recipe, config)
     for stage in spec.then_stages:
         if stage not in recipe.stages:
             raise _field(
                 "then_stages",
                 f"--then {stage}: {recipe.name} offers stages {', '.join(recipe.stages) or 'none'}",
             )
+
+
+def check_observability(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, Any]) -> None:
+    """An external tracker URL is http(s) with a host; a named tool is one StarForge knows."""
+    resolved = resolved_observability(spec, recipe, config)
+    if resolved.mode != job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL:
+        return
+    problem = obs.url_problem(resolved.url)
+    if problem:
+        raise _field("observability.url", f"observability URL {resolved.url[:200]!r} {problem}")
+    if resolved.tool not in obs.TOOL_VARIABLES:
+        known = ", ".join(sorted(obs.TOOL_VARIABLES))
+        if spec.observability.tool or (isinstance(config.get("observability"), dict) and resolved.tool):
+            raise _field("observability.tool", f"unknown observability tool {resolved.tool[:50]!r}; known: {known}")
 
 
 def check_shapes(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool]) -> None:
@@ -425,4 +443,5 @@ def admit(
         fleets=fleets,
         series=pools[0].series,
         gpus=gpus,
+        observability=resolved_observability(spec, recipe, config),
     )

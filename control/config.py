@@ -236,10 +236,10 @@ class ControlConfig:
                 raise ConfigError(
                     f"fleets.{f.name}.kind: unknown executor kind {f.kind!r}; valid kinds: {', '.join(EXECUTOR_KINDS)}"
                 )
-            for q in f.queues:
-                if not QUEUE_NAME.match(q):
+            for queue in f.queues:
+                if not QUEUE_NAME.match(queue):
                     raise ConfigError(
-                        f"fleets.{f.name}.queues: {q!r} is not a queue name (lower-case letters, digits, - and _)"
+                        f"fleets.{f.name}.queues: {queue!r} is not a queue name (lower-case letters, digits, - and _)"
                     )
             if not f.address or ":" not in f.address:
                 raise ConfigError(f"fleets.{f.name}.address: expected host:port, got {f.address!r}")

@@ -122,6 +122,7 @@ class JobsApi:
             prom.SUBMISSIONS.labels("refused", e.reason_name).inc()
             raise
         prom.SUBMISSIONS.labels("admitted", "").inc()
+        spec.observability.CopyFrom(admitted.observability)  # what the job records and shows
         warnings = list(admitted.warnings)
         if spec.provenance.untracked_files:
             warnings.append(f"{len(spec.provenance.untracked_files)} untracked file(s) were not packed")

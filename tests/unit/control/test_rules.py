@@ -262,7 +262,10 @@ def test_missing_untracked_names_only_a_file_an_error_line_names() -> None:
     untracked = ["notes.txt", "experiments/exp/prep.py", "experiments/exp/helpers/__init__.py"]
     line = "python3: can't open file '/ws/experiments/exp/prep.py': [Errno 2] No such file or directory"
     assert diagnosis.missing_untracked(["starting", line], untracked) == "experiments/exp/prep.py"
-    assert diagnosis.missing_untracked(["bash: ./prep.py: No such file or directory"], untracked) == "experiments/exp/prep.py"
+    assert (
+        diagnosis.missing_untracked(["bash: ./prep.py: No such file or directory"], untracked)
+        == "experiments/exp/prep.py"
+    )
     assert diagnosis.missing_untracked(["FileNotFoundError: data/train.parquet"], untracked) == ""
     assert diagnosis.missing_untracked(["prep.py ran fine"], untracked) == ""
     assert diagnosis.untracked_module("helpers", untracked) == "experiments/exp/helpers/__init__.py"

@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#starforge/executor/v1/capsule.proto\x12\x15starforge.executor.v1\"\x8d\x02\n\x0f\x43\x61psuleManifest\x12\x16\n\x06schema\x18\x01 \x01(\tR\x06schema\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1d\n\nattempt_id\x18\x03 \x01(\tR\tattemptId\x12%\n\x0e\x61ttempt_number\x18\x04 \x01(\x05R\rattemptNumber\x12\x16\n\x06runner\x18\x05 \x01(\tR\x06runner\x12\x38\n\x05\x66iles\x18\x06 \x03(\x0b\x32\".starforge.executor.v1.CapsuleFileR\x05\x66iles\x12\x33\n\x03run\x18\x07 \x01(\x0b\x32!.starforge.executor.v1.CapsuleRunR\x03run\"\x81\x01\n\x0b\x43\x61psuleFile\x12\x12\n\x04root\x18\x01 \x01(\tR\x04root\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n\x04size\x18\x04 \x01(\x03R\x04size\x12\x1e\n\nexecutable\x18\x05 \x01(\x08R\nexecutable\"\x98\x03\n\nCapsuleRun\x12\x16\n\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n\x07\x61\x64\x61pter\x18\x02 \x01(\tR\x07\x61\x64\x61pter\x12\x1e\n\nexperiment\x18\x03 \x01(\tR\nexperiment\x12\x1e\n\nentrypoint\x18\x04 \x01(\tR\nentrypoint\x12\x1f\n\x0b\x63onfig_json\x18\x05 \x01(\tR\nconfigJson\x12$\n\robservability\x18\x06 \x01(\tR\robservability\x12\x14\n\x05model\x18\x07 \x01(\tR\x05model\x12\x1d\n\ntrain_data\x18\x08 \x01(\tR\ttrainData\x12\'\n\x0fvalidation_data\x18\t \x01(\tR\x0evalidationData\x12\x38\n\x05pools\x18\n \x03(\x0b\x32\".starforge.executor.v1.CapsulePoolR\x05pools\x12\x39\n\x05stage\x18\x0b \x01(\x0e\x32#.starforge.executor.v1.CapsuleStageR\x05stage\"s\n\x0b\x43\x61psulePool\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n\x06series\x18\x02 \x01(\tR\x06series\x12\x14\n\x05nodes\x18\x03 \x01(\x05R\x05nodes\x12\"\n\rgpus_per_node\x18\x04 \x01(\x05R\x0bgpusPerNode*x\n\x0c\x43\x61psuleStage\x12\x1d\n\x19\x43\x41PSULE_STAGE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43\x41PSULE_STAGE_TRAIN\x10\x01\x12\x18\n\x14\x43\x41PSULE_STAGE_EXPORT\x10\x02\x12\x16\n\x12\x43\x41PSULE_STAGE_EVAL\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#starforge/executor/v1/capsule.proto\x12\x15starforge.executor.v1\"\x8d\x02\n\x0f\x43\x61psuleManifest\x12\x16\n\x06schema\x18\x01 \x01(\tR\x06schema\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1d\n\nattempt_id\x18\x03 \x01(\tR\tattemptId\x12%\n\x0e\x61ttempt_number\x18\x04 \x01(\x05R\rattemptNumber\x12\x16\n\x06runner\x18\x05 \x01(\tR\x06runner\x12\x38\n\x05\x66iles\x18\x06 \x03(\x0b\x32\".starforge.executor.v1.CapsuleFileR\x05\x66iles\x12\x33\n\x03run\x18\x07 \x01(\x0b\x32!.starforge.executor.v1.CapsuleRunR\x03run\"\x81\x01\n\x0b\x43\x61psuleFile\x12\x12\n\x04root\x18\x01 \x01(\tR\x04root\x12\x12\n\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n\x04size\x18\x04 \x01(\x03R\x04size\x12\x1e\n\nexecutable\x18\x05 \x01(\x08R\nexecutable\"\xed\x04\n\nCapsuleRun\x12\x16\n\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n\x07\x61\x64\x61pter\x18\x02 \x01(\tR\x07\x61\x64\x61pter\x12\x1e\n\nexperiment\x18\x03 \x01(\tR\nexperiment\x12\x1e\n\nentrypoint\x18\x04 \x01(\tR\nentrypoint\x12\x1f\n\x0b\x63onfig_json\x18\x05 \x01(\tR\nconfigJson\x12$\n\robservability\x18\x06 \x01(\tR\robservability\x12\x14\n\x05model\x18\x07 \x01(\tR\x05model\x12\x1d\n\ntrain_data\x18\x08 \x01(\tR\ttrainData\x12\'\n\x0fvalidation_data\x18\t \x01(\tR\x0evalidationData\x12\x38\n\x05pools\x18\n \x03(\x0b\x32\".starforge.executor.v1.CapsulePoolR\x05pools\x12\x39\n\x05stage\x18\x0b \x01(\x0e\x32#.starforge.executor.v1.CapsuleStageR\x05stage\x12+\n\x11observability_url\x18\x0c \x01(\tR\x10observabilityUrl\x12-\n\x12observability_tool\x18\r \x01(\tR\x11observabilityTool\x12\x1d\n\nruntime_id\x18\x0e \x01(\tR\truntimeId\x12%\n\x0eruntime_python\x18\x0f \x01(\tR\rruntimePython\x12\x31\n\x14runtime_capabilities\x18\x10 \x03(\tR\x13runtimeCapabilities\"s\n\x0b\x43\x61psulePool\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n\x06series\x18\x02 \x01(\tR\x06series\x12\x14\n\x05nodes\x18\x03 \x01(\x05R\x05nodes\x12\"\n\rgpus_per_node\x18\x04 \x01(\x05R\x0bgpusPerNode*x\n\x0c\x43\x61psuleStage\x12\x1d\n\x19\x43\x41PSULE_STAGE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43\x41PSULE_STAGE_TRAIN\x10\x01\x12\x18\n\x14\x43\x41PSULE_STAGE_EXPORT\x10\x02\x12\x16\n\x12\x43\x41PSULE_STAGE_EVAL\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'starforge.executor.v1.capsule_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CAPSULESTAGE']._serialized_start=994
-  _globals['_CAPSULESTAGE']._serialized_end=1114
+  _globals['_CAPSULESTAGE']._serialized_start=1207
+  _globals['_CAPSULESTAGE']._serialized_end=1327
   _globals['_CAPSULEMANIFEST']._serialized_start=63
   _globals['_CAPSULEMANIFEST']._serialized_end=332
   _globals['_CAPSULEFILE']._serialized_start=335
   _globals['_CAPSULEFILE']._serialized_end=464
   _globals['_CAPSULERUN']._serialized_start=467
-  _globals['_CAPSULERUN']._serialized_end=875
-  _globals['_CAPSULEPOOL']._serialized_start=877
-  _globals['_CAPSULEPOOL']._serialized_end=992
+  _globals['_CAPSULERUN']._serialized_end=1088
+  _globals['_CAPSULEPOOL']._serialized_start=1090
+  _globals['_CAPSULEPOOL']._serialized_end=1205
 # @@protoc_insertion_point(module_scope)
