@@ -45,6 +45,8 @@ _MISSING_MARKS = ("No such file or directory", "can't open file", "FileNotFoundE
 # How much of the job's provenance the untracked-file rule reads (the spec came from the user).
 MAX_UNTRACKED_CHECKED = 1000
 MAX_MISSING_LINE_CHARS = 1000
+# A hint the runner sends with a failed check is the job's text: shown, never longer than this.
+MAX_HINT_CHARS = 1000
 MAX_TAIL_LINES = 200
 MAX_LINE_CHARS = 16384
 log = logging.getLogger("starforge.diagnosis")
@@ -162,11 +164,13 @@ def diagnose(
     entrypoint: str = "the training command",
     evidence: LogEvidence | None = None,
     untracked: Sequence[str] = (),
+    hint: str = "",
 ) -> job_pb2.Diagnosis:
     """A Diagnosis for a failed attempt, from `evidence` (read from `log_tail` when not given).
 
     `untracked`: the lab files the job's provenance lists as untracked, so not packed; when a
-    missing-file error names one, that file is the diagnosis, not the training data."""
+    missing-file error names one, that file is the diagnosis, not the training data. `hint`: the
+    runner's own fix for a check it failed (bounded to MAX_HINT_CHARS), else the class's hint."""
     ev = evidence if evidence is not None else read_log(log_tail)
     cls = known_class
     summary = message
@@ -202,8 +206,9 @@ def diagnose(
             summary = f"{entrypoint} exited with code {exit_code}"
         else:
             summary = "the attempt failed"
-    hint = untracked_hint(unpacked) if unpacked else HINTS.get(cls, "")
-    if ev.module and not unpacked and cls == st.FAILURE_CLASS_USER_CODE:
+    given = hint[:MAX_HINT_CHARS]
+    hint = given or (untracked_hint(unpacked) if unpacked else HINTS.get(cls, ""))
+    if ev.module and not unpacked and not given and cls == st.FAILURE_CLASS_USER_CODE:
         hint = (
             f"Python module {ev.module!r} is missing from the image: install it in the image or pick one that has it."
         )

@@ -31,6 +31,7 @@ def finish_attempt(
     signal: int = 0,
     known_class: int = st.FAILURE_CLASS_UNSPECIFIED,
     message: str = "",
+    hint: str = "",
     log_tail: Sequence[str] = (),
     evidence: diagnosis.LogEvidence | None = None,
     stopped_by_backend: bool = False,
@@ -65,6 +66,7 @@ def finish_attempt(
             entrypoint=entrypoint,
             evidence=evidence,
             untracked=untracked_files(job),
+            hint=hint,
         )
         attempt.failure_class = diag.failure_class
         reason = diag.summary
