@@ -270,3 +270,15 @@ def test_missing_untracked_names_only_a_file_an_error_line_names() -> None:
     assert diagnosis.missing_untracked(["prep.py ran fine"], untracked) == ""
     assert diagnosis.untracked_module("helpers", untracked) == "experiments/exp/helpers/__init__.py"
     assert diagnosis.untracked_module("numpy", untracked) == ""
+
+
+def test_fleet_queues_serve_and_names_are_checked(tmp_path: pathlib.Path) -> None:
+    night = control_config.FleetConfig("n", "local", "127.0.0.1:1", queues=["night"])
+    plain = control_config.FleetConfig("p", "local", "127.0.0.1:2")
+    assert night.serves("night") and not night.serves("") and not night.serves("default")
+    assert plain.serves("") and plain.serves("default") and not plain.serves("night")
+    assert control_config.ControlConfig(fleets=[night, plain]).queue_names() == ["default", "night"]
+    p = tmp_path / "c.yaml"
+    p.write_text("fleets:\n  - {name: a, kind: local, address: '127.0.0.1:1', queues: ['Bad Queue']}\n")
+    with pytest.raises(ConfigError, match="fleets.a.queues: 'Bad Queue' is not a queue name"):
+        control_config.load(p, {})
