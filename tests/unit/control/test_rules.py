@@ -280,5 +280,5 @@ def test_fleet_queues_serve_and_names_are_checked(tmp_path: pathlib.Path) -> Non
     assert control_config.ControlConfig(fleets=[night, plain]).queue_names() == ["default", "night"]
     p = tmp_path / "c.yaml"
     p.write_text("fleets:\n  - {name: a, kind: local, address: '127.0.0.1:1', queues: ['Bad Queue']}\n")
-    with pytest.raises(ConfigError, match="fleets.a.queues: 'Bad Queue' is not a queue name"):
+    with pytest.raises(ConfigError, match=r"fleets\.a\.queues: 'Bad Queue' is not a queue name"):
         control_config.load(p, {})
