@@ -368,7 +368,7 @@ def check_queue(spec: job_spec_pb2.JobSpec, cfg: ControlConfig) -> None:
     known = cfg.queue_names()
     queue = spec.queue or DEFAULT_QUEUE
     if queue not in known:
-        given = f"unknown queue {queue!r}" if spec.queue else "no fleet serves the default queue; pass --queue"
+        given = f"unknown queue {queue[:64]!r}" if spec.queue else "no fleet serves the default queue; pass --queue"
         raise _field("queue", f"{given}; this console's queues: {', '.join(known) or 'none'}")
 
 
