@@ -15,7 +15,7 @@ APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chr
 	golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev
 
-.PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule unit integration bench bench-ab soak clean web examples
+.PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule sdk-wheel unit integration bench bench-ab soak clean web examples
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
@@ -105,6 +105,9 @@ proto-baseline:
 
 capsule: venv  ## build the content-addressed runner.pex
 	$(BIN)/python -m capsule.build --out build/capsule
+
+sdk-wheel: venv  ## the `starforge` SDK as a wheel for images in external observability mode (build/sdk)
+	$(BIN)/python -m capsule.sdk_wheel --out build/sdk
 
 unit: venv frameworks
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit

@@ -76,6 +76,13 @@ class RunInfo:
     pools: Sequence[PoolInfo] = ()
     # Pipeline stage this job runs ("train", "export", "eval"); empty means training.
     stage: str = ""
+    # External observability: tracker URL and tool ("wandb", "mlflow", "").
+    observability_url: str = ""
+    observability_tool: str = ""
+    # The catalog runtime: id, declared Python version, declared capabilities.
+    runtime_id: str = ""
+    runtime_python: str = ""
+    runtime_capabilities: Sequence[str] = ()
 
 
 def check_path(path: str) -> str:
@@ -116,6 +123,11 @@ def _run(run: RunInfo) -> capsule_pb2.CapsuleRun:
             for p in run.pools
         ],
         stage=STAGES[run.stage],
+        observability_url=run.observability_url,
+        observability_tool=run.observability_tool,
+        runtime_id=run.runtime_id,
+        runtime_python=run.runtime_python,
+        runtime_capabilities=list(run.runtime_capabilities),
     )
 
 

@@ -100,6 +100,13 @@ def runtime_text(job: job_pb2.Job) -> str:
     return job.framework_version + (f" (runtime {job.runtime_id})" if job.runtime_id else "")
 
 
+def tracker_text(o: job_spec_pb2.Observability) -> str:
+    """External observability: the tracker URL and tool ("" in platform mode)."""
+    if o.mode != job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL or not o.url:
+        return ""
+    return f"{o.url} ({o.tool})" if o.tool else o.url
+
+
 def job_panel(job: job_pb2.Job) -> RenderableType:
     """`sf job status`: everything about one job."""
     head = Table.grid(padding=(0, 2))
@@ -116,6 +123,7 @@ def job_panel(job: job_pb2.Job) -> RenderableType:
     _kv(head, "image from", image_source_text(job))
     _kv(head, "framework", runtime_text(job))
     _kv(head, "fleet", job.fleet)
+    _kv(head, "tracker", tracker_text(job.spec.observability))
     _kv(head, "created", timestamp_text(job.create_time))
     if job.HasField("start_time"):
         _kv(head, "started", timestamp_text(job.start_time))
@@ -181,7 +189,8 @@ def _provenance(p: job_spec_pb2.Provenance) -> RenderableType:
     commit = p.git_commit[:12] + (" (dirty)" if p.git_dirty else "") if p.git_commit else "-"
     _kv(grid, "git", commit + (f" on {p.git_branch}" if p.git_branch else ""))
     if p.untracked_files:
-        _kv(grid, "untracked", f"{len(p.untracked_files)} file(s) not packed")
+        shown = ", ".join(p.untracked_files[:5]) + (" ..." if len(p.untracked_files) > 5 else "")
+        _kv(grid, "untracked", f"{len(p.untracked_files)} file(s) not packed: {shown}")
     snapshot = hashlib.sha256(p.config_snapshot.encode()).hexdigest() if p.config_snapshot else ""
     _kv(grid, "config", _short(snapshot))
     _kv(grid, "recipe", _short(p.recipe_digest))

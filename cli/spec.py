@@ -171,6 +171,7 @@ class SubmitOptions:
     image: str = ""
     framework_version: str = ""
     observability_url: str = ""
+    observability_tool: str = ""
     then: list[str] = field(default_factory=list)
     retries: int | None = None
     priority: int = 0
@@ -236,10 +237,13 @@ def read_experiment(lab: Lab, opts: SubmitOptions) -> ExperimentFiles:
     return ExperimentFiles(experiment=exp, config=config, config_text=doc.text, lock=lock)
 
 
-def observability(config: dict[str, Any], url: str, *, validate: bool) -> job_spec_pb2.Observability:
-    """--observability-url means external; else config.yaml `observability`; else the method default."""
+def observability(config: dict[str, Any], url: str, *, validate: bool, tool: str = "") -> job_spec_pb2.Observability:
+    """--observability-url means external; else config.yaml `observability`; else the method default.
+    --observability-tool names the tracker when the URL does not say it (the console checks both)."""
+    if tool and not url:
+        raise usage("--observability-tool names the tracker of --observability-url URL; pass the URL too")
     if url:
-        return job_spec_pb2.Observability(mode=job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL, url=url)
+        return job_spec_pb2.Observability(mode=job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL, url=url, tool=tool)
     mode = _OBSERVABILITY.get(str(config.get("observability", "")), job_spec_pb2.OBSERVABILITY_MODE_UNSPECIFIED)
     if validate and mode == job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL:
         raise usage("config.yaml says `observability: external`: pass the tracker with --observability-url URL")
@@ -282,7 +286,9 @@ def build_spec(
         image=opts.image or (config_image if isinstance(config_image, str) else ""),
         workspace=pack.manifest,
         provenance=provenance,
-        observability=observability(files.config, opts.observability_url, validate=opts.validate),
+        observability=observability(
+            files.config, opts.observability_url, validate=opts.validate, tool=opts.observability_tool
+        ),
         then_stages=opts.then,
         retry_budget=opts.retries,
         priority=opts.priority,

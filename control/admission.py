@@ -18,14 +18,15 @@ from starforge.control.v1 import error_reason_pb2 as er
 from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
+from capsule.runner import observability as obs
 from common import errors, profiles
 from common.hashing import is_digest, manifest_digest
 from common.sensitive import CONTENT_LIMIT, bad_path, why_sensitive
 from control import hf, images
-from control.assembly import entrypoint, observability
+from control.assembly import entrypoint, observability, resolved_observability
 from control.auth import Principal
 from control.blobstore import BlobStore
-from control.config import ControlConfig
+from control.config import DEFAULT_QUEUE, ControlConfig
 from control.executors import HOST_RUNTIMES, ExecutorPool
 from recipes import params
 from recipes.catalog import Catalog, RecipeDecl, RuntimeDecl
@@ -50,6 +51,8 @@ class Admitted:
     series: str
     gpus: int
     warnings: list[str] = field(default_factory=list)
+    # Mode, URL and tool as resolved from the flags, config.yaml and the recipe (stored in the job).
+    observability: job_spec_pb2.Observability = field(default_factory=job_spec_pb2.Observability)
 
 
 def _field(field: str, message: str, reason: int = er.ERROR_REASON_INVALID_ARGUMENT) -> errors.InvalidArgument:
@@ -297,12 +300,27 @@ def check_inputs(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[st
             "or set `observability: platform` in config.yaml to use StarForge's metrics",
             er.ERROR_REASON_MISSING_INPUT,
         )
+    check_observability(spec, recipe, config)
     for stage in spec.then_stages:
         if stage not in recipe.stages:
             raise _field(
                 "then_stages",
                 f"--then {stage}: {recipe.name} offers stages {', '.join(recipe.stages) or 'none'}",
             )
+
+
+def check_observability(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, Any]) -> None:
+    """An external tracker URL is http(s) with a host; a named tool is one StarForge knows."""
+    resolved = resolved_observability(spec, recipe, config)
+    if resolved.mode != job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL:
+        return
+    problem = obs.url_problem(resolved.url)
+    if problem:
+        raise _field("observability.url", f"observability URL {resolved.url[:200]!r} {problem}")
+    if resolved.tool not in obs.TOOL_VARIABLES:
+        known = ", ".join(sorted(obs.TOOL_VARIABLES))
+        if spec.observability.tool or (isinstance(config.get("observability"), dict) and resolved.tool):
+            raise _field("observability.tool", f"unknown observability tool {resolved.tool[:50]!r}; known: {known}")
 
 
 def check_shapes(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool]) -> None:
@@ -447,6 +465,9 @@ def eligible_fleets(
             continue
         status = executors.status[fleet.name]
         why = ""
+        if not fleet.serves(spec.queue):
+            reasons.append(f"fleet {fleet.name} does not serve queue {spec.queue or DEFAULT_QUEUE}")
+            continue
         inv = {i.series: i for i in fleet.inventory}
         if status.misconfigured:
             why = status.misconfigured
@@ -489,6 +510,15 @@ def eligible_fleets(
             precondition_violations=tuple(errors.PreconditionViolation("FLEET", "fleets", r) for r in reasons),
         )
     return names
+
+
+def check_queue(spec: job_spec_pb2.JobSpec, cfg: ControlConfig) -> None:
+    """--queue names a queue some fleet serves (fleets' `queues:`); empty is the default queue."""
+    known = cfg.queue_names()
+    queue = spec.queue or DEFAULT_QUEUE
+    if queue not in known:
+        given = f"unknown queue {queue[:64]!r}" if spec.queue else "no fleet serves the default queue; pass --queue"
+        raise _field("queue", f"{given}; this console's queues: {', '.join(known) or 'none'}")
 
 
 def hub_repos(spec: job_spec_pb2.JobSpec) -> list[hf.Repo]:
@@ -593,6 +623,7 @@ def admit(
     assert image is not None
     check_blobs(spec.workspace, store)
     fill_manifest_totals(spec.workspace)
+    check_queue(spec, cfg)
     host_only = image.source == job_pb2.IMAGE_SOURCE_HOST_RUNTIME
     fleets = eligible_fleets(pools, image.image, spec, cfg, executors, host_only=host_only)
     if hub is not None:
@@ -612,4 +643,5 @@ def admit(
         series=pools[0].series,
         gpus=gpus,
         warnings=tag_warning(image.image, fleets, cfg),
+        observability=resolved_observability(spec, recipe, config),
     )

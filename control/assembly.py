@@ -14,6 +14,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr
 from starforge.job.v1 import job_spec_pb2
 
 from capsule import layout
+from capsule.runner import observability as obs
 from common.labels import LABEL_ATTEMPT, LABEL_JOB
 from control.blobstore import BlobStore
 from control.capsule_assets import CapsuleAssets
@@ -51,6 +52,20 @@ def observability(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[s
     return recipe.default_observability, url
 
 
+def resolved_observability(
+    spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, config: dict[str, object]
+) -> job_spec_pb2.Observability:
+    """Mode, URL and tool as the job records them (admission stores this in the job's spec)."""
+    mode, url = observability(spec, recipe, config)
+    if mode == "platform":
+        return job_spec_pb2.Observability(mode=job_spec_pb2.OBSERVABILITY_MODE_PLATFORM)
+    declared = config.get("observability")
+    explicit = spec.observability.tool or (str(declared.get("tool") or "") if isinstance(declared, dict) else "")
+    return job_spec_pb2.Observability(
+        mode=job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL, url=url, tool=obs.tool_for(url, explicit)
+    )
+
+
 def capsule_json(
     info: AttemptInfo,
     spec: job_spec_pb2.JobSpec,
@@ -61,6 +76,8 @@ def capsule_json(
 ) -> bytes:
     """capsule.json of one attempt (capsule.layout writes the exact bytes bootstrap.sh verifies)."""
     config = json.loads(spec.config_json or "{}")
+    observed = resolved_observability(spec, recipe, config)
+    runtime = recipe.runtime(spec.framework_version or spec.recipe_lock.framework_version)
     return layout.capsule_json(
         job_id=info.job_id,
         attempt_id=info.attempt_id,
@@ -75,6 +92,11 @@ def capsule_json(
             entrypoint=entrypoint(recipe, spec.experiment, info.stage),
             config=resolved_config,
             observability=observability(spec, recipe, config)[0],
+            observability_url=observed.url,
+            observability_tool=observed.tool,
+            runtime_id=runtime.runtime_id if runtime else "",
+            runtime_python=runtime.python if runtime else "",
+            runtime_capabilities=list(runtime.capabilities) if runtime else [],
             model=spec.model,
             train_data=spec.train_data.path,
             validation_data=spec.validation_data.path,

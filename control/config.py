@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.config import ConfigError, load_config
-from common.tls import TlsConfig, check_dial, check_listen
+from common.tls import TlsConfig, check_dial, check_listen, host_of, is_loopback
 from control import images, windows
 
 EXECUTOR_KINDS = ("local", "agent", "kuberay", "slurm")
+# Executor kinds whose jobs run on other machines than the control plane's.
+REMOTE_KINDS = ("agent", "kuberay", "slurm")
+# Listen hosts that mean "every interface": as a public address the console falls back to 127.0.0.1.
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,11 @@ class InventoryConfig:
     gpus_per_node: int = 0
     # For CPU series (no GPUs): how many jobs may run at once; 0 means no limit.
     slots: int = 0
+
+
+# The queue of a job submitted without --queue, and of fleets that name no queues.
+DEFAULT_QUEUE = "default"
+QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class FleetConfig:
     inventory: list[InventoryConfig] = field(default_factory=list)
     token: str = ""
     window: str = ""
+    # Named queues this fleet serves (`sf submit --queue Q`); empty: only the default queue.
     queues: list[str] = field(default_factory=list)
     # The fleet runs jobs in its machines' own environment, without a container (the local
     # executor's process runtime, Slurm without a container runtime). Declared, never guessed: a job
@@ -47,6 +58,10 @@ class FleetConfig:
     # Production hardware: a job that may run here with an image pinned by tag instead of by
     # digest is admitted with a warning (a tag can be moved; a digest cannot).
     production: bool = False
+
+    def serves(self, queue: str) -> bool:
+        """Whether jobs of `queue` ("" or DEFAULT_QUEUE: the default queue) may run on this fleet."""
+        return (queue or DEFAULT_QUEUE) in (self.queues or [DEFAULT_QUEUE])
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,8 @@ class ControlConfig:
     listen: str = "127.0.0.1:7070"
     # Address jobs use to reach ingest and blobs; empty means `listen` (fine on one machine).
     public_address: str = ""
+    # Let agent/kuberay/slurm fleets be told a loopback public_address (tests on one host only).
+    allow_loopback_public_address: bool = False
     state_dir: pathlib.Path = pathlib.Path("~/.local/share/starforge/console")
     # SQLAlchemy URL; empty means SQLite in state_dir. PostgreSQL: postgresql+psycopg://...
     database_url: str = ""
@@ -186,6 +203,10 @@ class ControlConfig:
     def fleet(self, name: str) -> FleetConfig | None:
         return next((f for f in self.fleets if f.name == name), None)
 
+    def queue_names(self) -> list[str]:
+        """Every queue some fleet serves, sorted (the default queue when a fleet names none)."""
+        return sorted({q for f in self.fleets for q in (f.queues or [DEFAULT_QUEUE])})
+
     def _validate_limits(self) -> None:
         for name in POSITIVE_LIMITS:
             if getattr(self, name) <= 0:
@@ -212,6 +233,7 @@ class ControlConfig:
                 raise ConfigError(f"quotas: gpus must not be negative (series {q.series})")
         self.validate_tls()
         self.validate_images()
+        self.validate_public_address()
         for f in self.fleets:
             try:
                 windows.parse(f.window)
@@ -226,6 +248,11 @@ class ControlConfig:
                 raise ConfigError(
                     f"fleets.{f.name}.kind: unknown executor kind {f.kind!r}; valid kinds: {', '.join(EXECUTOR_KINDS)}"
                 )
+            for queue in f.queues:
+                if not QUEUE_NAME.match(queue):
+                    raise ConfigError(
+                        f"fleets.{f.name}.queues: {queue!r} is not a queue name (lower-case letters, digits, - and _)"
+                    )
             if not f.address or ":" not in f.address:
                 raise ConfigError(f"fleets.{f.name}.address: expected host:port, got {f.address!r}")
             for inv in f.inventory:
@@ -243,6 +270,25 @@ class ControlConfig:
             if image != images.HOST_IMAGE and images.parse_ref(image) is None:
                 raise ConfigError(f"default_images.{framework}: {image!r} is not an image reference")
         images.load_registry(self.runtime_registry_file)
+
+    def validate_public_address(self) -> None:
+        """Jobs on other machines (agent, kuberay, slurm fleets) cannot reach a loopback address:
+        refuse to tell them one, unless `allow_loopback_public_address` (everything on one host)."""
+        remote = sorted({f.kind for f in self.fleets if f.kind in REMOTE_KINDS})
+        if not remote or self.allow_loopback_public_address:
+            return
+        told = {"public_address": self.public_address or self.listen}
+        if any(f.kind == "kuberay" for f in self.fleets) and (self.public_http_url or self.http_listen):
+            told["public_http_url"] = self.public_http_url or f"http://{self.http_listen}"
+        for key, address in told.items():
+            host = host_of(address)
+            if is_loopback(address) or host in WILDCARD_HOSTS:
+                raise ConfigError(
+                    f"{key}: {address} is a loopback address (or, from `listen`, falls back to 127.0.0.1), "
+                    f"but {', '.join(remote)} fleets run jobs on other machines, which would reach "
+                    f"themselves instead of this console; set {key} to an address those machines reach "
+                    "(allow_loopback_public_address: true only when every fleet runs on this host)"
+                )
 
     def validate_tls(self) -> None:
         """Plaintext only on loopback (or with tls.plaintext); jobs need the CA that verifies us."""

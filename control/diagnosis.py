@@ -40,6 +40,13 @@ _DATA = re.compile(
 _IMAGE = re.compile(
     r"exec format error|image \"?[^\s\"]{1,256}\"? (?:is )?not present|manifest unknown|pull access denied", re.I
 )
+# A missing file as the shell, Python or a loader reports it.
+_MISSING_MARKS = ("No such file or directory", "can't open file", "FileNotFoundError", "not found")
+# How much of the job's provenance the untracked-file rule reads (the spec came from the user).
+MAX_UNTRACKED_CHECKED = 1000
+MAX_MISSING_LINE_CHARS = 1000
+# A hint the runner sends with a failed check is the job's text: shown, never longer than this.
+MAX_HINT_CHARS = 1000
 MAX_TAIL_LINES = 200
 MAX_LINE_CHARS = 16384
 log = logging.getLogger("starforge.diagnosis")
@@ -112,6 +119,41 @@ async def read_log_in_worker(lines: Sequence[str], timeout: float) -> LogEvidenc
         return LogEvidence(tail=tuple(ln[:MAX_LINE_CHARS] for ln in lines[-20:]))
 
 
+def missing_untracked(lines: Sequence[str], untracked: Sequence[str]) -> str:
+    """The first untracked (so not packed) lab file that a missing-file error in `lines` names, by
+    its lab path or, failing that, its file name; "" when none does. Bounded work: at most
+    MAX_UNTRACKED_CHECKED names against the first MAX_MISSING_LINE_CHARS of each error line."""
+    errors = [ln[:MAX_MISSING_LINE_CHARS] for ln in lines if any(m in ln for m in _MISSING_MARKS)]
+    if not errors:
+        return ""
+    names = [u for u in untracked[:MAX_UNTRACKED_CHECKED] if 0 < len(u) <= MAX_MISSING_LINE_CHARS]
+    for line in reversed(errors):
+        for u in names:
+            if u in line:
+                return u
+        for u in names:
+            base = u.rsplit("/", 1)[-1]
+            if len(base) >= 3 and any(f"{sep}{base}" in line for sep in ("/", " ", "'", '"', "`")):
+                return u
+    return ""
+
+
+def untracked_module(module: str, untracked: Sequence[str]) -> str:
+    """The untracked lab file that would have provided Python module `module` ("" when none)."""
+    path = module.replace(".", "/")
+    for u in untracked[:MAX_UNTRACKED_CHECKED]:
+        if u == f"{path}.py" or u.endswith((f"/{path}.py", f"/{path}/__init__.py")) or u == f"{path}/__init__.py":
+            return u
+    return ""
+
+
+def untracked_hint(path: str) -> str:
+    return (
+        f"sf packs only the files git tracks: `git add {path}`, commit, and submit again "
+        "(`sf job status` lists the files a run left out as untracked)."
+    )
+
+
 def diagnose(
     *,
     exit_code: int | None,
@@ -121,11 +163,18 @@ def diagnose(
     log_tail: Sequence[str] = (),
     entrypoint: str = "the training command",
     evidence: LogEvidence | None = None,
+    untracked: Sequence[str] = (),
+    hint: str = "",
 ) -> job_pb2.Diagnosis:
-    """A Diagnosis for a failed attempt, from `evidence` (read from `log_tail` when not given)."""
+    """A Diagnosis for a failed attempt, from `evidence` (read from `log_tail` when not given).
+
+    `untracked`: the lab files the job's provenance lists as untracked, so not packed; when a
+    missing-file error names one, that file is the diagnosis, not the training data. `hint`: the
+    runner's own fix for a check it failed (bounded to MAX_HINT_CHARS), else the class's hint."""
     ev = evidence if evidence is not None else read_log(log_tail)
     cls = known_class
     summary = message
+    unpacked = ""
     integrity = ev.integrity
     if exit_code == EXIT_INTEGRITY or integrity:
         # bootstrap.sh's own words are the best summary, whoever classified the failure.
@@ -139,6 +188,9 @@ def diagnose(
             cls = st.FAILURE_CLASS_PRECHECK
         elif ev.image:
             cls = st.FAILURE_CLASS_IMAGE
+        elif unpacked := missing_untracked(ev.tail, untracked) or untracked_module(ev.module, untracked):
+            cls = st.FAILURE_CLASS_USER_CODE
+            summary = summary or f"{entrypoint} needs {unpacked}, which git does not track, so it was not packed"
         elif ev.oom or (exit_code == 137 and signal in (0, 9) and ev.killed):
             cls = st.FAILURE_CLASS_OUT_OF_MEMORY
             summary = summary or "the training process ran out of memory"
@@ -154,8 +206,9 @@ def diagnose(
             summary = f"{entrypoint} exited with code {exit_code}"
         else:
             summary = "the attempt failed"
-    hint = HINTS.get(cls, "")
-    if ev.module and cls == st.FAILURE_CLASS_USER_CODE:
+    given = hint[:MAX_HINT_CHARS]
+    hint = given or (untracked_hint(unpacked) if unpacked else HINTS.get(cls, ""))
+    if ev.module and not unpacked and not given and cls == st.FAILURE_CLASS_USER_CODE:
         hint = (
             f"Python module {ev.module!r} is missing from the image: install it in the image or pick one that has it."
         )

@@ -18,6 +18,7 @@ from common import errors, ids
 from control import admission, blob_access, datasets, hf, job_history, rate_limit, secrets
 from control import metrics as prom
 from control.auth import Principal
+from control.config import DEFAULT_QUEUE
 from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, pipeline
@@ -121,6 +122,7 @@ class JobsApi:
             prom.SUBMISSIONS.labels("refused", e.reason_name).inc()
             raise
         prom.SUBMISSIONS.labels("admitted", "").inc()
+        spec.observability.CopyFrom(admitted.observability)  # what the job records and shows
         warnings = list(admitted.warnings)
         if spec.provenance.untracked_files:
             warnings.append(f"{len(spec.provenance.untracked_files)} untracked file(s) were not packed")
@@ -169,7 +171,7 @@ class JobsApi:
             project=spec.project,
             experiment=spec.experiment,
             method=spec.method,
-            queue=spec.queue or "default",
+            queue=spec.queue or DEFAULT_QUEUE,
             priority=max(-100, min(100, spec.priority)),
             series=admitted.series,
             gpus=admitted.gpus,
@@ -286,11 +288,14 @@ class JobsApi:
             status.refuse_pause(job.id)
 
     async def requeue(self, principal: Principal, job_id: str, what: str) -> job_pb2.Job:
-        """`resume` (PAUSED/STOPPED) or `retry` (FAILED): a new attempt of the same run."""
+        """`resume` (PAUSED/STOPPED) or `retry` (FAILED/STOPPED): a new attempt of the same run.
+
+        Both keep the job id and its FORGE_OUT_DIR, so the new attempt starts with FORGE_RESUME=1
+        and resumes from the latest checkpoint there."""
 
         def apply(s: Session) -> job_pb2.Job:
             job = jobs.get_job(s, visible_job(s, principal, job_id).id, for_update=True)
-            allowed = (sm.PAUSED, sm.STOPPED) if what == "resume" else (sm.FAILED,)
+            allowed = (sm.PAUSED, sm.STOPPED) if what == "resume" else (sm.FAILED, sm.STOPPED)
             if job.state not in allowed:
                 want = " or ".join(sm.name(x) for x in allowed)
                 raise errors.FailedPrecondition(f"job {job.id} is {sm.name(job.state)}; {what} needs it {want}")

@@ -17,7 +17,8 @@ deletes it before the training command starts (capsule/runner/secrecy.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,8 +61,7 @@ def capsule_env(
     """Environment of `sh bootstrap.sh`: request env, secrets, datasets, `extra`, then FORGE_*."""
     env = dict(request.env)
     env.update(request.secret_env)
-    for ds in request.datasets:
-        env[f"{ds.name.upper()}_DATA_DIR"] = f"{paths.datasets}/{ds.name}"
+    env.update(dataset_env(request.datasets, paths.datasets))
     env.update(extra or {})
     env.update(
         {
@@ -80,6 +80,38 @@ def capsule_env(
             "FORGE_STOP_GRACE_SECONDS": str(int(stop_grace_seconds)),
         }
     )
+    return env
+
+
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+
+
+def dataset_variable(ref: str) -> str:
+    """`<NAME>_DATA_DIR` of dataset `<owner>/<name>[@version]`: the name upper-cased, every
+    character but A-Z/0-9 turned into `_`, and a leading digit prefixed with `_`."""
+    name = ref.split("@", 1)[0].rsplit("/", 1)[-1]
+    var = _NOT_ALNUM.sub("_", name).upper()
+    return ("_" + var if var[:1].isdigit() else var) + "_DATA_DIR"
+
+
+def dataset_env(datasets: Iterable[lr_pb.ResolvedDataset], root: str) -> dict[str, str]:
+    """Where each mounted dataset is: `<ROLE>_DATA_DIR` by role (TRAIN_DATA_DIR, VALIDATION_DATA_DIR,
+    the mount's own name) and `<NAME>_DATA_DIR` by the dataset's name (docs/recipes.md).
+
+    On a clash the role wins: a name variable equal to a role variable is not set. A name variable
+    that two different datasets would set (alice/rows and bob/rows, or two versions of one) is not
+    set either, since neither is the right answer; the role variables still say where each is."""
+    datasets = list(datasets)
+    env = {f"{ds.name.upper()}_DATA_DIR": f"{root}/{ds.name}" for ds in datasets}
+    by_name: dict[str, set[str]] = {}
+    first: dict[str, str] = {}
+    for ds in datasets:
+        var = dataset_variable(ds.ref)
+        by_name.setdefault(var, set()).add(ds.ref)
+        first.setdefault(var, f"{root}/{ds.name}")
+    for var, refs in by_name.items():
+        if var not in env and len(refs) == 1:
+            env[var] = first[var]
     return env
 
 

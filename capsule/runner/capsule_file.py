@@ -41,6 +41,11 @@ class RunSpec:
     pools: list[dict[str, Any]] = field(default_factory=list)
     # Pipeline stage: "train", "export" or "eval".
     stage: str = TRAIN
+    observability_url: str = ""
+    observability_tool: str = ""
+    runtime_id: str = ""
+    runtime_python: str = ""
+    runtime_capabilities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,11 @@ def _run_spec(run: executor.CapsuleRun) -> RunSpec:
             {"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node} for p in run.pools
         ],
         stage=STAGES.get(run.stage, TRAIN),
+        observability_url=run.observability_url,
+        observability_tool=run.observability_tool,
+        runtime_id=run.runtime_id,
+        runtime_python=run.runtime_python,
+        runtime_capabilities=tuple(run.runtime_capabilities),
     )
 
 

@@ -6,6 +6,7 @@ import os
 import pathlib
 from collections.abc import Mapping
 
+from . import observability
 from .capsule_file import CapsuleSpec
 
 # Never visible to training code: the ingest token is the runner's alone (its file is deleted
@@ -35,6 +36,8 @@ def training_env(
     env.setdefault("FORGE_ATTEMPT_NUMBER", str(spec.attempt_number))
     # Python writes to a pipe in 4 KiB blocks; users expect their prints in the log as they happen.
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if spec.run.observability == "external":
+        env.update(observability.job_variables(spec.run.observability_url, spec.run.observability_tool))
     if spec.run.observability == "platform":
         sdk = str(capsule_dir / "sdk")
         current = env.get("PYTHONPATH", "")

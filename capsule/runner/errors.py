@@ -11,7 +11,13 @@ EXIT_PRECHECK = 96
 
 
 class PrecheckError(Exception):
-    """The job cannot start as declared (missing train.sh, unknown adapter). Not retried."""
+    """The job cannot start as declared (missing train.sh, unknown adapter). Not retried.
+
+    `hint`, when given, is what the console shows as the fix (else its generic PRECHECK hint)."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class RunnerConfigError(Exception):

@@ -37,6 +37,7 @@ from .logs import LogForwarder
 from .masking import secret_mask
 from .process import TrainingProcess, exit_status
 from .reporter import FailureClass, LogStream, Phase, Reporter
+from .runtime_check import check_runtime
 from .settings import RunnerSettings
 from .telemetry import TelemetryListener
 
@@ -134,7 +135,14 @@ class Runner:
             return await self._run_command(reporter, self._spec)
         except PrecheckError as exc:
             reporter.system(f"starforge: {exc}")
-            reporter.lifecycle(Phase.RUNNER_FAILED, message=str(exc), failure_class=FailureClass.PRECHECK)
+            if exc.hint:
+                reporter.system(f"starforge: hint: {exc.hint}")
+            reporter.lifecycle(
+                Phase.RUNNER_FAILED,
+                message=str(exc),
+                failure_class=FailureClass.PRECHECK,
+                details={"hint": exc.hint} if exc.hint else None,
+            )
             return EXIT_PRECHECK
         except Exception as exc:
             traceback.print_exc()
@@ -147,6 +155,7 @@ class Runner:
 
     async def _run_command(self, reporter: Reporter, spec: CapsuleSpec) -> int:
         settings = self._settings
+        check_runtime(spec.run, self._environ)
         adapter = get_adapter(spec.run.adapter)
         config_path = settings.scratch_dir / "config.json"
         config_path.write_text(json.dumps(spec.run.config, indent=2, sort_keys=True) + "\n")

@@ -256,7 +256,8 @@ def resume_cmd(ctx: typer.Context, job_id: JobIdArg, output: OutputOpt = None) -
 
 @app.command("retry")
 def retry_cmd(ctx: typer.Context, job_id: JobIdArg, output: OutputOpt = None) -> None:
-    """Queue a failed job again as a new attempt of the same run. Example: `sf job retry j0abc123`"""
+    """Queue a FAILED or STOPPED job again: a new attempt of the same run id that resumes from its latest
+    checkpoint (FORGE_RESUME=1, same FORGE_OUT_DIR). Example: `sf job retry j0abc123`"""
     _control(
         ctx,
         job_id,

@@ -77,7 +77,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     pools, overrides = specmod.check_options(opts)
     lab = state.lab()
     files = specmod.read_experiment(lab, opts)
-    specmod.observability(files.config, opts.observability_url, validate=opts.validate)
+    specmod.observability(files.config, opts.observability_url, validate=opts.validate, tool=opts.observability_tool)
     state.require_token()  # no token: refuse before packing
     pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty)
     client = state.client()  # after packing: no gRPC threads alive while git is forked
@@ -193,7 +193,21 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--upgrade-recipe", help="Rewrite recipe.lock.json to the console's latest and use it.")
         ] = False,
         observability_url: Annotated[
-            str, typer.Option("--observability-url", help="External tracker URL (W&B, MLflow): external observability.")
+            str,
+            typer.Option(
+                "--observability-url",
+                help="External tracker URL (http/https): external observability. The job gets it as "
+                "STARFORGE_OBSERVABILITY_URL and as the tool's own variable (W&B: WANDB_BASE_URL, "
+                "MLflow: MLFLOW_TRACKING_URI).",
+            ),
+        ] = "",
+        observability_tool: Annotated[
+            str,
+            typer.Option(
+                "--observability-tool",
+                help="The tracker of --observability-url: wandb or mlflow. Default: told by the URL "
+                "(a host or path with 'wandb' or 'mlflow' in it).",
+            ),
         ] = "",
         then: Annotated[
             list[str] | None, typer.Option("--then", help="Stage to run after training succeeds (repeat).")
@@ -202,7 +216,14 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--retries", help="Automatic retries for infra failures (default: server's).")
         ] = None,
         priority: Annotated[int, typer.Option("--priority", help="Queue priority, -100..100; higher first.")] = 0,
-        queue: Annotated[str, typer.Option("--queue", help="Queue (default: the server's).")] = "",
+        queue: Annotated[
+            str,
+            typer.Option(
+                "--queue",
+                help="Named queue: only fleets that serve it (the console's fleets[].queues) run the job; "
+                "an unknown queue is refused with the console's list. Default: the default queue.",
+            ),
+        ] = "",
         fleet: Annotated[str, typer.Option("--fleet", help="Pin to one fleet.")] = "",
         label: Annotated[list[str] | None, typer.Option("--label", help="Label KEY=VALUE (repeat).")] = None,
         env: Annotated[
@@ -249,6 +270,7 @@ def register(app: typer.Typer) -> None:
             image=image,
             framework_version=framework_version,
             observability_url=observability_url,
+            observability_tool=observability_tool,
             then=then or [],
             retries=retries,
             priority=priority,

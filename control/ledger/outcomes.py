@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from google.protobuf.message import DecodeError
 from sqlalchemy.orm import Session
-from starforge.job.v1 import job_pb2
+from starforge.job.v1 import job_pb2, job_spec_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
 from control import auth, diagnosis
@@ -30,6 +31,7 @@ def finish_attempt(
     signal: int = 0,
     known_class: int = st.FAILURE_CLASS_UNSPECIFIED,
     message: str = "",
+    hint: str = "",
     log_tail: Sequence[str] = (),
     evidence: diagnosis.LogEvidence | None = None,
     stopped_by_backend: bool = False,
@@ -63,6 +65,8 @@ def finish_attempt(
             log_tail=log_tail,
             entrypoint=entrypoint,
             evidence=evidence,
+            untracked=untracked_files(job),
+            hint=hint,
         )
         attempt.failure_class = diag.failure_class
         reason = diag.summary
@@ -77,6 +81,16 @@ def finish_attempt(
     if job.state in sm.TERMINAL:
         out += pipeline.on_end(s, job)
     return out
+
+
+def untracked_files(job: m.Job) -> list[str]:
+    """The untracked (not packed) lab files the job's provenance lists."""
+    spec = job_spec_pb2.JobSpec()
+    try:
+        spec.ParseFromString(job.spec or b"")
+    except DecodeError:
+        return []
+    return list(spec.provenance.untracked_files[: diagnosis.MAX_UNTRACKED_CHECKED])
 
 
 def maybe_auto_retry(s: Session, job: m.Job, attempt: m.Attempt, *, now: float) -> list[jobs.Transition]:

@@ -118,6 +118,7 @@ def _lifecycle(
             exit_code=ev.exit_code if ev.HasField("exit_code") else None,
             known_class=ev.failure_class or st.FAILURE_CLASS_PRECHECK,
             message=ev.message,
+            hint=ev.details.get("hint", ""),
             evidence=_evidence(s, job, attempt, evidence),
             now=at,
         )

@@ -27,6 +27,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 from common import errors
 from common.hashing import is_digest
 from executor_svc.bundle import DATASET_NAME
+from executor_svc.capsule_env import dataset_env
 from executor_svc.kuberay.config import KubeRayConfig
 from executor_svc.plumbing.paths import check_relative_path
 
@@ -121,9 +122,8 @@ def pod_env(request: lr_pb.LaunchRequest, cfg: KubeRayConfig, secret_name: str, 
 
     for k, v in request.secret_env.items():
         env[_env_name(k, "secret_env")] = sensitive(k, v)
-    for ds in request.datasets:
-        name = f"{ds.name.upper()}_DATA_DIR"
-        env[name] = _plain(name, f"{DATASETS_DIR}/{ds.name}")
+    for name, path in dataset_env(request.datasets, DATASETS_DIR).items():
+        env[name] = _plain(name, path)
     forge = {
         "FORGE_CAPSULE_DIR": CAPSULE_DIR,
         "FORGE_CAPSULE_SHA256": request.capsule.capsule_digest,

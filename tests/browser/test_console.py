@@ -218,3 +218,21 @@ async def test_catalog_users_and_sign_out(page: Page, shots: Shots, tmp_path: pa
         await expect(page.locator("#action-stop")).to_be_disabled()
         await expect(page.locator('#attempts-table tr[data-attempt="1"]')).to_contain_text("3")
         await shots(page, "failed-job")
+
+
+async def test_job_page_links_to_the_external_tracker(page: Page, shots: Shots, tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path, ui_listen=f"127.0.0.1:{free_port()}") as c:
+        lab = await c.lab("exp", "#!/usr/bin/env bash\necho external\n", config={"observability": "external"})
+        url = "https://wandb.example.internal/team/project"
+        r = await c.sf_async("-o", "json", "submit", "exp", "--observability-url", url, cwd=lab)
+        job_id = json.loads(r.stdout)["job"]["job_id"]
+        await c.wait(job_id, st.JOB_STATE_SUCCEEDED, timeout=60)
+        await sign_in(page, c)
+        await expect(page.locator("#current-user")).to_have_text("admin", timeout=WAIT)
+        await page.goto(f"{c.app.ui_url}#/jobs/{job_id}")
+        link = page.locator("#job-tracker")
+        await expect(link).to_have_attribute("href", url, timeout=WAIT)
+        await expect(link).to_have_text(url)
+        await expect(link).to_have_attribute("rel", "noopener noreferrer")
+        await expect(page.locator(".job-header")).to_contain_text("(wandb)")
+        await shots(page, "tracker-link")

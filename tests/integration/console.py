@@ -15,7 +15,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,6 +304,7 @@ async def console(
     fleet_kind: str = "",
     fleet_address: str = "",
     fleet_options: Mapping[str, Any] | None = None,
+    queues: Sequence[str] = (),
     **overrides: Any,
 ) -> AsyncIterator[Console]:
     """A console whose one fleet ("local", or named after `kind`) is a real executor process.
@@ -330,6 +331,7 @@ async def console(
                 inventory=inventory or [InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=4)],
                 token=EXECUTOR_TOKEN,
                 **(fleet_options or {}),
+                queues=list(queues),
             )
         ],
     )

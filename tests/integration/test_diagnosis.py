@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 from starforge.job.v1 import job_state_pb2 as st
 
 from control.diagnosis import HINTS
-from tests.integration.console import console
+from tests.integration.console import Console, console
 
 CASES = {
     "user": (
@@ -60,3 +61,35 @@ async def test_failure_classes_reasons_and_hints(tmp_path: pathlib.Path) -> None
             assert d.hint.split(":")[0] in status.stdout.replace("\n", " ") or d.hint[:30] in status.stdout.replace(
                 "\n", " "
             )
+
+
+async def test_a_script_never_git_added_is_named_with_the_fix(tmp_path: pathlib.Path) -> None:
+    """train.sh calls a script (and imports a module) the user never `git add`ed: the diagnosis
+    names that file, which the job's own provenance lists as untracked, instead of blaming data."""
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp", "#!/usr/bin/env bash\nset -e\npython3 experiments/exp/prep.py\n")
+        (lab / "experiments" / "exp" / "prep.py").write_text("print('prepared')\n")
+        r = await c.sf_async("submit", "exp", "--follow", cwd=lab, check=False)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "untracked" in r.stderr, r.stderr
+        d = await _diagnosis(c)
+        assert d["summary"] == "train.sh needs experiments/exp/prep.py, which git does not track, so it was not packed"
+        assert "`git add experiments/exp/prep.py`" in d["hint"]
+        assert d["failure_class"] == "FAILURE_CLASS_USER_CODE"
+        text = (await c.sf_async("job", "status", "latest")).stdout
+        assert "prep.py" in text and "git add" in text
+        assert "training data could not be read" not in text and "--train-data" not in text
+
+        lab2 = await c.lab("mod", "#!/usr/bin/env bash\ncd experiments/mod\npython3 -c 'import helpers'\n")
+        (lab2 / "experiments" / "mod" / "helpers.py").write_text("X = 1\n")
+        await c.sf_async("submit", "mod", "--follow", cwd=lab2, check=False)
+        d = await _diagnosis(c)
+        assert (
+            d["summary"] == "train.sh needs experiments/mod/helpers.py, which git does not track, so it was not packed"
+        )
+        assert "`git add experiments/mod/helpers.py`" in d["hint"]
+
+
+async def _diagnosis(c: Console) -> dict[str, str]:
+    data = json.loads((await c.sf_async("-o", "json", "job", "status", "latest")).stdout)
+    return dict(data.get("job", data)["diagnosis"])

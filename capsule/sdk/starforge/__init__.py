@@ -14,6 +14,10 @@ sends one JSON datagram. Sends block rather than drop when the runner falls behi
 reported is lost. Outside StarForge (no FORGE_REPORT_SOCKET), report() and sample() warn once on
 stderr and do nothing else, so the same script runs on a laptop.
 
+In external observability mode the runner does not put this package on PYTHONPATH: an image that
+wants it installs the wheel (`make sdk-wheel`: build/sdk/starforge_sdk-*.whl), and
+observability_url() / observability_tool() say where the job's tracker is.
+
 Standard library only, Python 3.8+.
 """
 
@@ -36,12 +40,15 @@ __all__ = [
     "checkpoint_dir",
     "config",
     "job_id",
+    "observability_tool",
+    "observability_url",
     "out_dir",
     "report",
     "resumed",
     "sample",
 ]
 
+__version__ = "1.1.0"
 FORMAT_VERSION = 1
 # Linux caps one AF_UNIX datagram at about the socket send buffer (~208 KiB by default).
 MAX_DATAGRAM = 192 * 1024
@@ -299,3 +306,16 @@ def config() -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         loaded = json.load(f)
     return loaded if isinstance(loaded, dict) else {}
+
+
+def observability_url() -> str:
+    """The external tracker's URL (STARFORGE_OBSERVABILITY_URL, from `sf submit --observability-url`),
+    "" in platform mode or outside StarForge. The tool's own variable (WANDB_BASE_URL,
+    MLFLOW_TRACKING_URI) is set to the same URL, so the tracker's client finds it by itself."""
+    return os.environ.get("STARFORGE_OBSERVABILITY_URL", "")
+
+
+def observability_tool() -> str:
+    """The external tracker: "wandb", "mlflow", or "" (platform mode, or a tracker StarForge does
+    not know by name)."""
+    return os.environ.get("STARFORGE_OBSERVABILITY_TOOL", "")

@@ -83,6 +83,11 @@ def test_capsule_json_follows_the_documented_schema() -> None:
         "train_data": "",
         "validation_data": "",
         "pools": [{"name": "main", "series": "cpu", "nodes": 1, "gpus_per_node": 0}],
+        "observability_url": "",
+        "observability_tool": "",
+        "runtime_id": "",
+        "runtime_python": "",
+        "runtime_capabilities": [],
     }
 
 

@@ -256,3 +256,29 @@ def test_backfill_is_flagged_when_a_job_waits_beside_free_capacity() -> None:
     assert d.placed == [] and d.backfill
     d = placement.decide(cands, [placement.FleetCapacity("gpu", {"h200": 8}, {"h200": 1})])
     assert d.placed == [("small", "gpu")] and d.backfill  # 4 GPUs still free while "big" waits
+
+
+def test_missing_untracked_names_only_a_file_an_error_line_names() -> None:
+    untracked = ["notes.txt", "experiments/exp/prep.py", "experiments/exp/helpers/__init__.py"]
+    line = "python3: can't open file '/ws/experiments/exp/prep.py': [Errno 2] No such file or directory"
+    assert diagnosis.missing_untracked(["starting", line], untracked) == "experiments/exp/prep.py"
+    assert (
+        diagnosis.missing_untracked(["bash: ./prep.py: No such file or directory"], untracked)
+        == "experiments/exp/prep.py"
+    )
+    assert diagnosis.missing_untracked(["FileNotFoundError: data/train.parquet"], untracked) == ""
+    assert diagnosis.missing_untracked(["prep.py ran fine"], untracked) == ""
+    assert diagnosis.untracked_module("helpers", untracked) == "experiments/exp/helpers/__init__.py"
+    assert diagnosis.untracked_module("numpy", untracked) == ""
+
+
+def test_fleet_queues_serve_and_names_are_checked(tmp_path: pathlib.Path) -> None:
+    night = control_config.FleetConfig("n", "local", "127.0.0.1:1", queues=["night"])
+    plain = control_config.FleetConfig("p", "local", "127.0.0.1:2")
+    assert night.serves("night") and not night.serves("") and not night.serves("default")
+    assert plain.serves("") and plain.serves("default") and not plain.serves("night")
+    assert control_config.ControlConfig(fleets=[night, plain]).queue_names() == ["default", "night"]
+    p = tmp_path / "c.yaml"
+    p.write_text("fleets:\n  - {name: a, kind: local, address: '127.0.0.1:1', queues: ['Bad Queue']}\n")
+    with pytest.raises(ConfigError, match=r"fleets\.a\.queues: 'Bad Queue' is not a queue name"):
+        control_config.load(p, {})

@@ -2,6 +2,7 @@
 import { facts, h, replace } from "../dom";
 import { duration, date, failureClassName, pools, stateBadge, stateName, time, waitReasonName } from "../format";
 import { JobState } from "../../../gen/ts/starforge/job/v1/job_state_pb";
+import { ObservabilityMode } from "../../../gen/ts/starforge/job/v1/job_spec_pb";
 import { ImageSource, type Job } from "../../../gen/ts/starforge/job/v1/job_pb";
 
 function runtime(job: Job): string {
@@ -37,6 +38,21 @@ function warningsBox(job: Job): HTMLElement | null {
     { class: "notice wait", id: "job-warnings" },
     h("strong", {}, "Warnings at submit"),
     h("ul", {}, ...job.warnings.map((w) => h("li", {}, w))),
+  );
+}
+
+/** External observability: a link to the job's tracker. Only http(s) URLs become links (the URL
+ * is the submitter's text; admission refuses others, and a `javascript:` link must never render). */
+function tracker(job: Job): HTMLElement | string {
+  const o = job.spec?.observability;
+  if (!o || o.mode !== ObservabilityMode.EXTERNAL || !o.url) return "";
+  const tool = o.tool ? h("span", { class: "muted" }, ` (${o.tool})`) : null;
+  if (!/^https?:\/\//i.test(o.url)) return h("span", {}, h("code", {}, o.url), tool);
+  return h(
+    "span",
+    {},
+    h("a", { id: "job-tracker", href: o.url, target: "_blank", rel: "noopener noreferrer" }, o.url),
+    tool,
   );
 }
 
@@ -95,6 +111,7 @@ export function header(): { el: HTMLElement; update: (job: Job) => void } {
         ["Image from", imageSource(job)],
         ["Framework", framework(job)],
         ["Fleet", job.fleet],
+        ["Tracker", tracker(job)],
         ["Created", time(job.createTime)],
         ["Started", time(job.startTime)],
         ["Ended", time(job.endTime)],

@@ -51,7 +51,7 @@ class CapsuleFile(_message.Message):
     def __init__(self, root: _Optional[str] = ..., path: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ..., executable: _Optional[bool] = ...) -> None: ...
 
 class CapsuleRun(_message.Message):
-    __slots__ = ("method", "adapter", "experiment", "entrypoint", "config_json", "observability", "model", "train_data", "validation_data", "pools", "stage")
+    __slots__ = ("method", "adapter", "experiment", "entrypoint", "config_json", "observability", "model", "train_data", "validation_data", "pools", "stage", "observability_url", "observability_tool", "runtime_id", "runtime_python", "runtime_capabilities")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,11 @@ class CapsuleRun(_message.Message):
     VALIDATION_DATA_FIELD_NUMBER: _ClassVar[int]
     POOLS_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVABILITY_URL_FIELD_NUMBER: _ClassVar[int]
+    OBSERVABILITY_TOOL_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_PYTHON_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     method: str
     adapter: str
     experiment: str
@@ -74,7 +79,12 @@ class CapsuleRun(_message.Message):
     validation_data: str
     pools: _containers.RepeatedCompositeFieldContainer[CapsulePool]
     stage: CapsuleStage
-    def __init__(self, method: _Optional[str] = ..., adapter: _Optional[str] = ..., experiment: _Optional[str] = ..., entrypoint: _Optional[str] = ..., config_json: _Optional[str] = ..., observability: _Optional[str] = ..., model: _Optional[str] = ..., train_data: _Optional[str] = ..., validation_data: _Optional[str] = ..., pools: _Optional[_Iterable[_Union[CapsulePool, _Mapping]]] = ..., stage: _Optional[_Union[CapsuleStage, str]] = ...) -> None: ...
+    observability_url: str
+    observability_tool: str
+    runtime_id: str
+    runtime_python: str
+    runtime_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, method: _Optional[str] = ..., adapter: _Optional[str] = ..., experiment: _Optional[str] = ..., entrypoint: _Optional[str] = ..., config_json: _Optional[str] = ..., observability: _Optional[str] = ..., model: _Optional[str] = ..., train_data: _Optional[str] = ..., validation_data: _Optional[str] = ..., pools: _Optional[_Iterable[_Union[CapsulePool, _Mapping]]] = ..., stage: _Optional[_Union[CapsuleStage, str]] = ..., observability_url: _Optional[str] = ..., observability_tool: _Optional[str] = ..., runtime_id: _Optional[str] = ..., runtime_python: _Optional[str] = ..., runtime_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CapsulePool(_message.Message):
     __slots__ = ("name", "series", "nodes", "gpus_per_node")

@@ -154,12 +154,14 @@ class DatasetMount(_message.Message):
     def __init__(self, name: _Optional[str] = ..., ref: _Optional[str] = ...) -> None: ...
 
 class Observability(_message.Message):
-    __slots__ = ("mode", "url")
+    __slots__ = ("mode", "url", "tool")
     MODE_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
     mode: ObservabilityMode
     url: str
-    def __init__(self, mode: _Optional[_Union[ObservabilityMode, str]] = ..., url: _Optional[str] = ...) -> None: ...
+    tool: str
+    def __init__(self, mode: _Optional[_Union[ObservabilityMode, str]] = ..., url: _Optional[str] = ..., tool: _Optional[str] = ...) -> None: ...
 
 class Provenance(_message.Message):
     __slots__ = ("git_commit", "git_branch", "git_dirty", "untracked_files", "config_snapshot", "recipe_digest", "runner_digest", "capsule_digest", "image_digest", "client_version", "client_host")

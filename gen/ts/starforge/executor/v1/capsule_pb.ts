@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/executor/v1/capsule.proto.
  */
 export const file_starforge_executor_v1_capsule: GenFile = /*@__PURE__*/
-  fileDesc("CiNzdGFyZm9yZ2UvZXhlY3V0b3IvdjEvY2Fwc3VsZS5wcm90bxIVc3RhcmZvcmdlLmV4ZWN1dG9yLnYxItABCg9DYXBzdWxlTWFuaWZlc3QSDgoGc2NoZW1hGAEgASgJEg4KBmpvYl9pZBgCIAEoCRISCgphdHRlbXB0X2lkGAMgASgJEhYKDmF0dGVtcHRfbnVtYmVyGAQgASgFEg4KBnJ1bm5lchgFIAEoCRIxCgVmaWxlcxgGIAMoCzIiLnN0YXJmb3JnZS5leGVjdXRvci52MS5DYXBzdWxlRmlsZRIuCgNydW4YByABKAsyIS5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuQ2Fwc3VsZVJ1biJbCgtDYXBzdWxlRmlsZRIMCgRyb290GAEgASgJEgwKBHBhdGgYAiABKAkSDgoGc2hhMjU2GAMgASgJEgwKBHNpemUYBCABKAMSEgoKZXhlY3V0YWJsZRgFIAEoCCKkAgoKQ2Fwc3VsZVJ1bhIOCgZtZXRob2QYASABKAkSDwoHYWRhcHRlchgCIAEoCRISCgpleHBlcmltZW50GAMgASgJEhIKCmVudHJ5cG9pbnQYBCABKAkSEwoLY29uZmlnX2pzb24YBSABKAkSFQoNb2JzZXJ2YWJpbGl0eRgGIAEoCRINCgVtb2RlbBgHIAEoCRISCgp0cmFpbl9kYXRhGAggASgJEhcKD3ZhbGlkYXRpb25fZGF0YRgJIAEoCRIxCgVwb29scxgKIAMoCzIiLnN0YXJmb3JnZS5leGVjdXRvci52MS5DYXBzdWxlUG9vbBIyCgVzdGFnZRgLIAEoDjIjLnN0YXJmb3JnZS5leGVjdXRvci52MS5DYXBzdWxlU3RhZ2UiUQoLQ2Fwc3VsZVBvb2wSDAoEbmFtZRgBIAEoCRIOCgZzZXJpZXMYAiABKAkSDQoFbm9kZXMYAyABKAUSFQoNZ3B1c19wZXJfbm9kZRgEIAEoBSp4CgxDYXBzdWxlU3RhZ2USHQoZQ0FQU1VMRV9TVEFHRV9VTlNQRUNJRklFRBAAEhcKE0NBUFNVTEVfU1RBR0VfVFJBSU4QARIYChRDQVBTVUxFX1NUQUdFX0VYUE9SVBACEhYKEkNBUFNVTEVfU1RBR0VfRVZBTBADQmwKGWRldi5zdGFyZm9yZ2UuZXhlY3V0b3IudjFQAVo1c3RhcmZvcmdlLmRldi9nZW4vZ28vc3RhcmZvcmdlL2V4ZWN1dG9yL3YxO2V4ZWN1dG9ydjGqAhVTdGFyRm9yZ2UuRXhlY3V0b3IuVjFiBnByb3RvMw");
+  fileDesc("CiNzdGFyZm9yZ2UvZXhlY3V0b3IvdjEvY2Fwc3VsZS5wcm90bxIVc3RhcmZvcmdlLmV4ZWN1dG9yLnYxItABCg9DYXBzdWxlTWFuaWZlc3QSDgoGc2NoZW1hGAEgASgJEg4KBmpvYl9pZBgCIAEoCRISCgphdHRlbXB0X2lkGAMgASgJEhYKDmF0dGVtcHRfbnVtYmVyGAQgASgFEg4KBnJ1bm5lchgFIAEoCRIxCgVmaWxlcxgGIAMoCzIiLnN0YXJmb3JnZS5leGVjdXRvci52MS5DYXBzdWxlRmlsZRIuCgNydW4YByABKAsyIS5zdGFyZm9yZ2UuZXhlY3V0b3IudjEuQ2Fwc3VsZVJ1biJbCgtDYXBzdWxlRmlsZRIMCgRyb290GAEgASgJEgwKBHBhdGgYAiABKAkSDgoGc2hhMjU2GAMgASgJEgwKBHNpemUYBCABKAMSEgoKZXhlY3V0YWJsZRgFIAEoCCKlAwoKQ2Fwc3VsZVJ1bhIOCgZtZXRob2QYASABKAkSDwoHYWRhcHRlchgCIAEoCRISCgpleHBlcmltZW50GAMgASgJEhIKCmVudHJ5cG9pbnQYBCABKAkSEwoLY29uZmlnX2pzb24YBSABKAkSFQoNb2JzZXJ2YWJpbGl0eRgGIAEoCRINCgVtb2RlbBgHIAEoCRISCgp0cmFpbl9kYXRhGAggASgJEhcKD3ZhbGlkYXRpb25fZGF0YRgJIAEoCRIxCgVwb29scxgKIAMoCzIiLnN0YXJmb3JnZS5leGVjdXRvci52MS5DYXBzdWxlUG9vbBIyCgVzdGFnZRgLIAEoDjIjLnN0YXJmb3JnZS5leGVjdXRvci52MS5DYXBzdWxlU3RhZ2USGQoRb2JzZXJ2YWJpbGl0eV91cmwYDCABKAkSGgoSb2JzZXJ2YWJpbGl0eV90b29sGA0gASgJEhIKCnJ1bnRpbWVfaWQYDiABKAkSFgoOcnVudGltZV9weXRob24YDyABKAkSHAoUcnVudGltZV9jYXBhYmlsaXRpZXMYECADKAkiUQoLQ2Fwc3VsZVBvb2wSDAoEbmFtZRgBIAEoCRIOCgZzZXJpZXMYAiABKAkSDQoFbm9kZXMYAyABKAUSFQoNZ3B1c19wZXJfbm9kZRgEIAEoBSp4CgxDYXBzdWxlU3RhZ2USHQoZQ0FQU1VMRV9TVEFHRV9VTlNQRUNJRklFRBAAEhcKE0NBUFNVTEVfU1RBR0VfVFJBSU4QARIYChRDQVBTVUxFX1NUQUdFX0VYUE9SVBACEhYKEkNBUFNVTEVfU1RBR0VfRVZBTBADQmwKGWRldi5zdGFyZm9yZ2UuZXhlY3V0b3IudjFQAVo1c3RhcmZvcmdlLmRldi9nZW4vZ28vc3RhcmZvcmdlL2V4ZWN1dG9yL3YxO2V4ZWN1dG9ydjGqAhVTdGFyRm9yZ2UuRXhlY3V0b3IuVjFiBnByb3RvMw");
 
 /**
  * CapsuleManifest is capsule.json: what one attempt's capsule holds and what its runner runs.
@@ -214,6 +214,43 @@ export type CapsuleRun = Message<"starforge.executor.v1.CapsuleRun"> & {
    * @generated from field: starforge.executor.v1.CapsuleStage stage = 11;
    */
   stage: CapsuleStage;
+
+  /**
+   * External observability: the tracker URL (STARFORGE_OBSERVABILITY_URL); empty in platform mode.
+   *
+   * @generated from field: string observability_url = 12;
+   */
+  observabilityUrl: string;
+
+  /**
+   * External observability: the tracker ("wandb", "mlflow"; empty when unknown), whose own
+   * variable (WANDB_BASE_URL, MLFLOW_TRACKING_URI) the runner sets to observability_url.
+   *
+   * @generated from field: string observability_tool = 13;
+   */
+  observabilityTool: string;
+
+  /**
+   * The catalog runtime the job runs with (recipe `runtimes[].runtime_id`); empty for old capsules.
+   *
+   * @generated from field: string runtime_id = 14;
+   */
+  runtimeId: string;
+
+  /**
+   * The Python version ("3.12") the runtime declares; the runner refuses an older interpreter.
+   *
+   * @generated from field: string runtime_python = 15;
+   */
+  runtimePython: string;
+
+  /**
+   * The capabilities the runtime declares (e.g. "cpu", "vllm", "multi_pool"); the runner refuses a
+   * run that needs one it lacks. Empty: none declared, nothing checked.
+   *
+   * @generated from field: repeated string runtime_capabilities = 16;
+   */
+  runtimeCapabilities: string[];
 };
 
 /**

@@ -400,6 +400,33 @@ class CapsuleRun(betterproto2.Message):
     Which stage of the job's pipeline this attempt runs.
     """
 
+    observability_url: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    External observability: the tracker URL (STARFORGE_OBSERVABILITY_URL); empty in platform mode.
+    """
+
+    observability_tool: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    External observability: the tracker ("wandb", "mlflow"; empty when unknown), whose own
+    variable (WANDB_BASE_URL, MLFLOW_TRACKING_URI) the runner sets to observability_url.
+    """
+
+    runtime_id: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+    """
+    The catalog runtime the job runs with (recipe `runtimes[].runtime_id`); empty for old capsules.
+    """
+
+    runtime_python: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+    """
+    The Python version ("3.12") the runtime declares; the runner refuses an older interpreter.
+    """
+
+    runtime_capabilities: "list[str]" = betterproto2.field(16, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The capabilities the runtime declares (e.g. "cpu", "vllm", "multi_pool"); the runner refuses a
+    run that needs one it lacks. Empty: none declared, nothing checked.
+    """
+
 
 default_message_pool.register_message("starforge.executor.v1", "CapsuleRun", CapsuleRun)
 

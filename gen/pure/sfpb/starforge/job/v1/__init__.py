@@ -1373,7 +1373,13 @@ class Observability(betterproto2.Message):
 
     url: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
     """
-    External tracker URL, required when mode is EXTERNAL (--observability-url).
+    External tracker URL, required when mode is EXTERNAL (--observability-url); http or https.
+    """
+
+    tool: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    External tracker, "wandb" or "mlflow" (--observability-tool); empty: told by the URL. Admission
+    stores the resolved mode, URL and tool in the job's spec.
     """
 
 
