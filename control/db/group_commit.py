@@ -8,7 +8,9 @@ transaction, then answers each caller with its own result. While one batch runs 
 gathers, so a lone caller waits no longer than before and a storm gets bigger batches.
 
 A batch that fails is applied again one item at a time, so one bad item fails only its own
-caller. A caller that gave up (cancelled) before its batch was taken is left out of it.
+caller; except when the database is unavailable (the commit's outcome may be unknown): then every
+caller of the batch gets UNAVAILABLE and retries, as each did alone before. A caller that gave
+up (cancelled) before its batch was taken is left out of it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
+from common import errors
 from control.db.engine import Database
 
 I = TypeVar("I")  # noqa: E741
@@ -64,6 +67,11 @@ class GroupCommit(Generic[I, R]):
         items = [item for item, _ in batch]
         try:
             results = await self.db.run(lambda s: self.apply(s, items))
+        except errors.Unavailable as exc:
+            # the database is down (or the commit's fate unknown): each caller retries, as before
+            for _, fut in batch:
+                _settle(fut, exc)
+            return
         except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], exc)

@@ -124,3 +124,20 @@ def test_group_commit_answers_each_caller_and_a_bad_item_fails_alone(db: Databas
 def test_reserve_counter_hands_out_disjoint_blocks(db: Database, n: int) -> None:
     firsts = [db.run_sync(lambda s: jobs.reserve_counter(s, f"c{n}", n)) for _ in range(3)]
     assert firsts == [1, 1 + n, 1 + 2 * n]
+
+
+def test_group_commit_does_not_replay_a_batch_when_the_database_is_unavailable(db: Database) -> None:
+    """Its commit may have happened: replaying items one by one could queue a job twice."""
+    batches: list[int] = []
+
+    def apply(s: Session, items: Sequence[int]) -> list[int]:
+        batches.append(len(items))
+        raise errors.Unavailable("the ledger database is unavailable; retry in a moment")
+
+    async def go() -> list[BaseException | int]:
+        group = GroupCommit(db, apply)
+        return await asyncio.gather(*(group.submit(i) for i in range(4)), return_exceptions=True)
+
+    answers = asyncio.run(go())
+    assert all(isinstance(a, errors.Unavailable) for a in answers)
+    assert batches == [4]
