@@ -21,6 +21,7 @@ from control.auth import Principal
 from control.config import DEFAULT_QUEUE
 from control.context import Context
 from control.db import models as m
+from control.db.group_commit import GroupCommit
 from control.ledger import convert, jobs, pipeline
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
@@ -99,10 +100,29 @@ class JobsApi:
         self.shared = SharedReads()
         self.hub = hf.HubChecker(ctx.cfg.hf_endpoint, ctx.cfg.hf_token) if ctx.cfg.hf_precheck else None
         self.submit_rate = rate_limit.SubmitRateLimiter(ctx.cfg.submit_rate_per_user, ctx.cfg.submit_burst_per_user)
+        # admitted submissions waiting for the database thread are queued in one transaction
+        self.queue_jobs = GroupCommit(ctx.db, _queue_jobs)
 
     async def submit(
         self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
     ) -> Submitted:
+        spec, admitted = await self._admit(principal, spec)
+        warnings = _warnings(spec, admitted)
+        admitted.warnings = warnings  # recorded on the job
+        if dry_run:
+            return Submitted(_dry_run_job(spec, admitted), warnings)
+        job = await self.queue_jobs.submit(
+            jobs.NewJob(principal.user, request_id, spec, self._admitted_columns(spec, admitted))
+        )
+        self.ctx.notifier.notify(job.job_id, "schedule")
+        return Submitted(job, warnings)
+
+    async def _admit(
+        self, principal: Principal, spec: job_spec_pb2.JobSpec
+    ) -> tuple[job_spec_pb2.JobSpec, admission.Admitted]:
+        """Every check of a submission, counted as admitted or refused: the caller's rate, the
+        workspace's ownership, dataset pins, admission itself and the secret references.
+        Returns the spec with its datasets pinned, and what admission decided."""
         try:
             self.submit_rate.check(principal)  # before any admission work is spent on the call
             spec = await self.ctx.db.run(functools.partial(_readable_and_pinned, principal=principal, spec=spec))
@@ -123,39 +143,7 @@ class JobsApi:
             raise
         prom.SUBMISSIONS.labels("admitted", "").inc()
         spec.observability.CopyFrom(admitted.observability)  # what the job records and shows
-        warnings = list(admitted.warnings)
-        if spec.provenance.untracked_files:
-            warnings.append(f"{len(spec.provenance.untracked_files)} untracked file(s) were not packed")
-        admitted.warnings = warnings  # recorded on the job
-        if dry_run:
-            return Submitted(
-                job_pb2.Job(
-                    state=st.JOB_STATE_QUEUED,
-                    spec=spec,
-                    pools=admitted.pools,
-                    image=admitted.image,
-                    image_source=admitted.image_source,  # type: ignore[arg-type]
-                    image_source_detail=admitted.image_source_detail,
-                    framework_version=admitted.framework_version,
-                    runtime_id=admitted.runtime_id,
-                    warnings=warnings,
-                ),
-                warnings,
-            )
-
-        def create(s: Session) -> job_pb2.Job:
-            job = jobs.create_job(
-                s,
-                owner=principal.user,
-                request_id=request_id,
-                spec=spec,
-                columns=self._admitted_columns(spec, admitted),
-            )
-            return job_proto(s, job)
-
-        job = await self.ctx.db.run(create)
-        self.ctx.notifier.notify(job.job_id, "schedule")
-        return Submitted(job, warnings)
+        return spec, admitted
 
     def _admitted_columns(self, spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> dict[str, Any]:
         """The job row's values that admission decided (shared by a pipeline's stages)."""
@@ -413,6 +401,37 @@ def _label_patterns(labels: Mapping[str, str]) -> list[str]:
         return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
     return [f"%{like_escape(json.dumps(k) + ': ' + json.dumps(v))}%" for k, v in sorted(labels.items())]
+
+
+def _warnings(spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> list[str]:
+    warnings = list(admitted.warnings)
+    if spec.provenance.untracked_files:
+        warnings.append(f"{len(spec.provenance.untracked_files)} untracked file(s) were not packed")
+    return warnings
+
+
+def _dry_run_job(spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> job_pb2.Job:
+    """What a dry run answers: the job as it would be queued, never stored."""
+    return job_pb2.Job(
+        state=st.JOB_STATE_QUEUED,
+        spec=spec,
+        pools=admitted.pools,
+        image=admitted.image,
+        image_source=admitted.image_source,  # type: ignore[arg-type]
+        image_source_detail=admitted.image_source_detail,
+        framework_version=admitted.framework_version,
+        runtime_id=admitted.runtime_id,
+        warnings=admitted.warnings,
+    )
+
+
+def _queue_jobs(s: Session, batch: Sequence[jobs.NewJob]) -> list[job_pb2.Job]:
+    """Queue a batch of admitted submissions (one transaction, `GroupCommit`); each one's job as
+    GetJob shows it. A new job has no attempts, and its queue position came with its insert."""
+    return [
+        convert.job_to_proto(q.job, [], queue_position=q.queue_position) if q.created else job_proto(s, q.job)
+        for q in jobs.create_jobs(s, batch)
+    ]
 
 
 def _readable_and_pinned(s: Session, *, principal: Principal, spec: job_spec_pb2.JobSpec) -> job_spec_pb2.JobSpec:

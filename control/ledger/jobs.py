@@ -1,7 +1,7 @@
 """Job and attempt rows: creation, transitions and the event log. Sync, called inside a session.
 
-`create_job` is the only function that creates jobs (and their first events); it is idempotent
-per (owner, request_id). `transition` is the only function that changes a job's state, and
+`create_jobs` (and `create_job`, for one) is the only function that creates jobs (and their first
+events); it is idempotent per (owner, request_id). `transition` is the only function that changes a job's state, and
 `advance` the only one that walks an attempt forward along implied states; both check the state
 machine and append a JobEvent for every change. `request` records what was asked of a running
 job (stop, pause: the contract's DesiredState).
@@ -9,12 +9,13 @@ job (stop, pause: the contract's DesiredState).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -175,8 +176,24 @@ def _advance_stale(s: Session, job: m.Job, attempt: m.Attempt, target: int, reas
 # -- creation --------------------------------------------------------------------------------------
 
 
-def _by_request(s: Session, owner: str, request_id: str) -> m.Job | None:
-    return s.scalars(select(m.Job).where(m.Job.owner == owner, m.Job.request_id == request_id)).one_or_none()
+@dataclass(frozen=True)
+class NewJob:
+    """One admitted submission to queue: `columns` are the admitted values its stages share."""
+
+    owner: str
+    request_id: str
+    spec: job_spec_pb2.JobSpec
+    columns: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Queued:
+    """What `create_jobs` did with one submission: the job (new, or the one an earlier try of the
+    same request id queued) and, for a new job, its 1-based position in its queue."""
+
+    job: m.Job
+    created: bool
+    queue_position: int = 0
 
 
 def create_job(
@@ -188,96 +205,256 @@ def create_job(
     columns: Mapping[str, Any],
     now: float | None = None,
 ) -> m.Job:
-    """Queue a job (and one job per `spec.then_stages` stage, each waiting on the one before) and
-    record their first events; `columns` are the admitted values the stages share.
+    """Queue one job (see `create_jobs`)."""
+    return create_jobs(s, [NewJob(owner, request_id, spec, columns)], now=now)[0].job
+
+
+def create_jobs(s: Session, batch: Sequence[NewJob], *, now: float | None = None) -> list[Queued]:
+    """Queue each submission's job (and one job per `spec.then_stages` stage, each waiting on the
+    one before) and record their first events, in the caller's transaction.
 
     Idempotent per (owner, request_id): a retry of a submission returns the job the first one
-    created. Two retries racing (PostgreSQL, or two replicas) both insert; the unique index lets
-    one win, and the loser's insert is rolled back to its savepoint and the winner's job returned.
+    created, also when both are in this batch. Two retries racing in different transactions
+    (PostgreSQL, or two replicas) both insert; the unique index lets one win, the batch's inserts
+    are rolled back to their savepoint and made again one submission at a time, and the loser
+    gets the winner's job.
+
+    The rows are written with Core inserts (one executemany per table for the batch), the
+    `job_seq` numbers taken as one block (one counter update per batch; on SQLite it also begins
+    the write transaction before any savepoint), and queue positions counted once per (queue,
+    priority) of the batch rather than once per job.
     """
     now = time.time() if now is None else now
-    if not request_id:
-        return _insert_chain(s, owner, "", spec, columns, now)
-    existing = _by_request(s, owner, request_id)
-    if existing is not None:
-        return existing
+    first_seq = reserve_counter(s, "job_seq", sum(1 + len(item.spec.then_stages) for item in batch))
+    plans = _plan(s, batch, first_seq, now)
+    racing = any(item.request_id for item in batch)
     try:
-        with s.begin_nested():
-            return _insert_chain(s, owner, request_id, spec, columns, now)
+        with s.begin_nested() if racing else contextlib.nullcontext():
+            _insert_rows(s, [row for p in plans for row in p.chain], [r for p in plans for r in p.reasons], now)
     except IntegrityError:
-        existing = _by_request(s, owner, request_id)
-        if existing is None:
+        if not racing:
             raise  # some other constraint: a bug, not a race
-        return existing
+        plans = _insert_each(s, plans, now)
+    return _queued(s, plans)
 
 
-def _insert_chain(
-    s: Session, owner: str, request_id: str, spec: job_spec_pb2.JobSpec, columns: Mapping[str, Any], now: float
-) -> m.Job:
-    job = _insert_job(
-        s,
-        owner,
-        spec,
-        columns,
-        now,
-        request_id=request_id,
-        wait=(st.WAIT_REASON_PRIORITY, "waiting for the scheduler"),
-        reason="admitted",
+@dataclass
+class _Plan:
+    """A submission's rows to insert (`chain`: the job, then its stages), or the job that an
+    earlier submission of its request id queued (`existing`)."""
+
+    item: NewJob
+    chain: list[dict[str, Any]]
+    reasons: list[str]  # of each chain row's first event
+    existing: str = ""
+
+
+def _plan(s: Session, batch: Sequence[NewJob], first_seq: int, now: float) -> list[_Plan]:
+    known = _known_requests(s, batch)
+    seq = first_seq
+    plans = []
+    for item in batch:
+        key = (item.owner, item.request_id)
+        if item.request_id and key in known:
+            plans.append(_Plan(item, [], [], existing=known[key]))
+            continue
+        chain, reasons = _chain_rows(item, seq, now)
+        seq += len(chain)
+        if item.request_id:
+            known[key] = chain[0]["id"]
+        plans.append(_Plan(item, chain, reasons))
+    return plans
+
+
+def _known_requests(s: Session, batch: Sequence[NewJob]) -> dict[tuple[str, str], str]:
+    """(owner, request_id) -> job id, for the batch's request ids already queued."""
+    wanted: dict[str, set[str]] = {}
+    for item in batch:
+        if item.request_id:
+            wanted.setdefault(item.owner, set()).add(item.request_id)
+    found: dict[tuple[str, str], str] = {}
+    conn = s.connection()
+    for owner, request_ids in wanted.items():
+        rows = conn.execute(_KNOWN_REQUESTS, {"owner": owner, "request_ids": sorted(request_ids)})
+        found.update(((owner, request_id), job_id) for request_id, job_id in rows)
+    return found
+
+
+def _insert_each(s: Session, plans: list[_Plan], now: float) -> list[_Plan]:
+    """The batch again, one savepoint per submission: another transaction queued one of its
+    request ids after this one looked."""
+    out = []
+    for plan in plans:
+        item = plan.item
+        if not plan.chain:
+            winner = _by_request(s, item.owner, item.request_id)
+            if winner is None:  # its twin earlier in this batch was inserted or lost to another job
+                raise errors.Internal(f"the job of request {item.request_id} vanished")
+            out.append(_Plan(item, [], [], existing=winner.id))
+            continue
+        try:
+            with s.begin_nested():
+                _insert_rows(s, plan.chain, plan.reasons, now)
+            out.append(plan)
+        except IntegrityError:
+            winner = _by_request(s, item.owner, item.request_id) if item.request_id else None
+            if winner is None:
+                raise  # some other constraint: a bug, not a race
+            out.append(_Plan(item, [], [], existing=winner.id))
+    return out
+
+
+def _by_request(s: Session, owner: str, request_id: str) -> m.Job | None:
+    return s.scalars(select(m.Job).where(m.Job.owner == owner, m.Job.request_id == request_id)).one_or_none()
+
+
+def _table(model: type[m.Base]) -> Table:
+    return m.Base.metadata.tables[model.__tablename__]
+
+
+def _job_defaults() -> dict[str, Any]:
+    """Every jobs column's value when a new row does not set it (the models' scalar defaults)."""
+    out: dict[str, Any] = {}
+    for column in _table(m.Job).columns:
+        default = column.default
+        arg = getattr(default, "arg", None) if default is not None else None
+        out[column.key] = None if callable(arg) else arg
+    return out
+
+
+_JOB_DEFAULTS = _job_defaults()
+# Statements of every submission, built once (building them cost more than running them).
+_JOBS = _table(m.Job)
+_INSERT_JOB = insert(_JOBS)
+_INSERT_EVENT = insert(_table(m.JobEvent))
+_KNOWN_REQUESTS = select(_JOBS.c.request_id, _JOBS.c.id).where(
+    _JOBS.c.owner == bindparam("owner"), _JOBS.c.request_id.in_(bindparam("request_ids", expanding=True))
+)
+_AHEAD = (
+    select(func.count())
+    .select_from(_JOBS)
+    .where(
+        _JOBS.c.state == sm.QUEUED,
+        _JOBS.c.queue == bindparam("queue"),
+        (_JOBS.c.priority > bindparam("priority"))
+        | ((_JOBS.c.priority == bindparam("priority")) & (_JOBS.c.seq < bindparam("seq"))),
     )
-    parent = job
-    for stage in spec.then_stages:
-        stage_spec = job_spec_pb2.JobSpec()
-        stage_spec.CopyFrom(spec)
-        del stage_spec.then_stages[:]
-        parent = _insert_job(
-            s,
-            owner,
-            stage_spec,
-            columns,
-            now,
-            parent=parent,
-            stage=stage,
-            wait=(st.WAIT_REASON_DEPENDENCY, f"waiting for {parent.stage or 'training'} job {parent.id} to succeed"),
-            reason=f"{stage} stage of {job.id}",
+)
+
+
+def _chain_rows(item: NewJob, first_seq: int, now: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """The jobs rows of one submission (the job, then one per stage waiting on the one before),
+    and the reason of each one's first event."""
+    head = _job_row(item, item.spec, first_seq, now, request_id=item.request_id)
+    chain, reasons = [head], ["admitted"]
+    if not item.spec.then_stages:
+        return chain, reasons
+    stage_spec = job_spec_pb2.JobSpec()
+    stage_spec.CopyFrom(item.spec)
+    del stage_spec.then_stages[:]
+    for stage in item.spec.then_stages:
+        parent = chain[-1]
+        chain.append(
+            _job_row(
+                item,
+                stage_spec,
+                first_seq + len(chain),
+                now,
+                parent=parent,
+                stage=stage,
+                wait=(
+                    st.WAIT_REASON_DEPENDENCY,
+                    f"waiting for {parent['stage'] or 'training'} job {parent['id']} to succeed",
+                ),
+            )
         )
-    s.flush()  # a duplicate request_id fails here, inside the caller's savepoint
-    return job
+        reasons.append(f"{stage} stage of {head['id']}")
+    return chain, reasons
 
 
-def _insert_job(
-    s: Session,
-    owner: str,
+def _job_row(
+    item: NewJob,
     spec: job_spec_pb2.JobSpec,
-    columns: Mapping[str, Any],
+    seq: int,
     now: float,
     *,
-    wait: tuple[int, str],
-    reason: str,
     request_id: str = "",
-    parent: m.Job | None = None,
+    parent: Mapping[str, Any] | None = None,
     stage: str = "",
-) -> m.Job:
-    job = m.Job(
+    wait: tuple[int, str] = (st.WAIT_REASON_PRIORITY, "waiting for the scheduler"),
+) -> dict[str, Any]:
+    row = dict(_JOB_DEFAULTS)
+    row.update(item.columns)
+    row.update(
         id=ids.new_job_id(),
-        owner=owner,
+        owner=item.owner,
         state=sm.QUEUED,
         desired=sm.NO_REQUEST,
         spec=spec.SerializeToString(),
         request_id=request_id,
-        parent_job_id=parent.id if parent is not None else "",
+        parent_job_id=parent["id"] if parent is not None else "",
         stage=stage,
         not_before=NEVER if parent is not None else 0.0,
         wait_reason=wait[0],
         wait_message=wait[1],
-        seq=next_counter(s, "job_seq"),
+        seq=seq,
         created_at=now,
         updated_at=now,
-        event_seq=0,
-        **columns,
+        event_seq=1,  # its QUEUED event
     )
-    s.add(job)
-    _record(s, job, "", st.JOB_STATE_UNSPECIFIED, sm.QUEUED, reason, now)
-    return job
+    return row
+
+
+def _insert_rows(s: Session, rows: Sequence[dict[str, Any]], reasons: Sequence[str], now: float) -> None:
+    """The jobs rows and each one's first event (QUEUED): one executemany per table."""
+    if not rows:
+        return
+    conn = s.connection()
+    conn.execute(_INSERT_JOB, rows)
+    events = [
+        dict(
+            job_id=row["id"],
+            seq=1,
+            attempt_id="",
+            from_state=st.JOB_STATE_UNSPECIFIED,
+            to_state=sm.QUEUED,
+            at=now,
+            reason=reason,
+            attempt_only=False,
+        )
+        for row, reason in zip(rows, reasons, strict=True)
+    ]
+    conn.execute(_INSERT_EVENT, events)
+
+
+def _queued(s: Session, plans: Sequence[_Plan]) -> list[Queued]:
+    positions = _positions(s, [row for plan in plans for row in plan.chain])
+    out = []
+    for plan in plans:
+        if plan.chain:
+            head = plan.chain[0]
+            out.append(Queued(m.Job(**head), created=True, queue_position=positions[head["id"]]))
+        else:
+            out.append(Queued(get_job(s, plan.existing), created=False))
+    return out
+
+
+def _positions(s: Session, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """1-based queue positions of new QUEUED rows, FIFO within priority (the scheduler ranks them
+    on its next pass): one count per (queue, priority). The rows' seqs are one block that no other
+    transaction can take, so the rows of a group that come between two of its members are its own."""
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["queue"], row["priority"]), []).append(row)
+    out: dict[str, int] = {}
+    for (queue, priority), members in groups.items():
+        members.sort(key=lambda r: int(r["seq"]))
+        ahead = (
+            s.connection().execute(_AHEAD, {"queue": queue, "priority": priority, "seq": members[0]["seq"]}).scalar()
+        )
+        for i, row in enumerate(members):
+            out[row["id"]] = int(ahead or 0) + i + 1
+    return out
 
 
 NEVER = 1e18  # not_before of a stage whose parent has not succeeded (pipeline.on_end releases it)
@@ -320,17 +497,31 @@ def requested(job: m.Job) -> int:
 
 
 def next_counter(s: Session, name: str) -> int:
-    """Increment and return a named counter: one atomic upsert, row-locked until commit on
-    PostgreSQL. (A read-then-insert let two concurrent first submissions both insert the row on
+    """Increment and return a named counter (see `reserve_counter`)."""
+    return reserve_counter(s, name, 1)
+
+
+def reserve_counter(s: Session, name: str, n: int) -> int:
+    """Add `n` to a named counter and return the first of the `n` numbers reserved: one atomic
+    upsert, row-locked until commit on PostgreSQL, so no other transaction takes a number in the
+    block. (A read-then-insert let two concurrent first submissions both insert the row on
     PostgreSQL, and one failed with a unique violation; found by the admission benchmark.)"""
-    upsert = pg_insert if s.get_bind().dialect.name == "postgresql" else sqlite_insert
-    stmt = (
-        upsert(m.Counter)
-        .values(name=name, value=1)
-        .on_conflict_do_update(index_elements=[m.Counter.name], set_={"value": m.Counter.value + 1})
-        .returning(m.Counter.value)
-    )
-    return int(s.execute(stmt).scalar_one())
+    dialect = s.get_bind().dialect.name
+    stmt = _COUNTER_UPSERT.get(dialect)
+    if stmt is None:
+        stmt = _COUNTER_UPSERT[dialect] = _counter_upsert(pg_insert if dialect == "postgresql" else sqlite_insert)
+    return int(s.connection().execute(stmt, {"name": name, "n": n}).scalar_one()) - n + 1
+
+
+def _counter_upsert(upsert: Any) -> Any:
+    table = _table(m.Counter)
+    stmt = upsert(table).values(name=bindparam("name"), value=bindparam("n"))
+    return stmt.on_conflict_do_update(
+        index_elements=[table.c.name], set_={"value": table.c.value + stmt.excluded.value}
+    ).returning(table.c.value)
+
+
+_COUNTER_UPSERT: dict[str, Any] = {}  # per dialect, built once: the statement is the same every call
 
 
 SET_WAIT_CHUNK = 10_000

@@ -30,6 +30,7 @@ from control.db import models as m
 from control.ledger import convert, jobs, outcomes
 from control.ledger import state_machine as sm
 from control.scheduler import backoff, placement
+from recipes.catalog import RecipeDecl
 
 log = logging.getLogger("starforge.scheduler")
 DRAINED = 2  # starforge.control.v1.FLEET_STATE_DRAINED
@@ -166,52 +167,69 @@ class Scheduler:
     # -- placement and claim (one transaction) -------------------------------------------------
 
     def _claim(self, s: Session, job_id: str, fleet: str, now: float) -> Claimed | None:
-        stmt = select(m.Job).where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
-        if not self.ctx.db.sqlite:
-            stmt = stmt.with_for_update(skip_locked=True)
-        job = s.scalars(stmt).one_or_none()
+        """Claim a QUEUED job for `fleet`: its next attempt (SUBMITTED) with the LaunchRequest
+        stored and ready to send; None when the job is gone or its attempt failed at once."""
+        job = self._lock_queued(s, job_id)
         if job is None:
             return None  # another replica took it, or it was stopped meanwhile
         fleet_cfg = self.ctx.cfg.fleet(fleet)
         recipe = self.ctx.catalog.get(job.method)
         metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
-        attempt = jobs.new_attempt(
-            s,
-            job,
-            fleet,
-            f"dispatched to fleet {fleet}",
-            now=now,
-            cause=job.next_cause or job_pb2.ATTEMPT_CAUSE_INITIAL,
-            executor_kind=fleet_cfg.kind if fleet_cfg else "",
-            series=job.series,
-            gpus=job.gpus,
-            needs=json.dumps(json.loads(job.needs or "{}").get("gpus", {})),
-            lease_owner=self.ctx.replica_id,
-            lease_until=now + LEASE_SECONDS,
-        )
-        number = attempt.number
+        attempt = self._new_attempt(s, job, fleet, fleet_cfg.kind if fleet_cfg else "", now)
         if recipe is None or fleet_cfg is None:
             what = f"method {job.method} is no longer published" if recipe is None else f"fleet {fleet} is gone"
             outcomes.finish_attempt(
                 s, job, attempt, exit_code=None, known_class=st.FAILURE_CLASS_PRECHECK, message=what, now=now
             )
             return None
+        launch = self._launch_request(s, job, attempt, recipe)
+        attempt.launch = launch_secrets.stored_form(launch)
+        data = launch_secrets.send_form_or_fail(s, attempt, self.ctx.keyring)
+        if data is None:
+            return None
+        _record_digests(job, attempt, launch)
+        return Claimed(attempt.id, job.id, fleet, data)
+
+    def _lock_queued(self, s: Session, job_id: str) -> m.Job | None:
+        """The job if it is still QUEUED, row-locked on PostgreSQL (skipped if another replica holds it)."""
+        stmt = select(m.Job).where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
+        if not self.ctx.db.sqlite:
+            stmt = stmt.with_for_update(skip_locked=True)
+        return s.scalars(stmt).one_or_none()
+
+    def _new_attempt(self, s: Session, job: m.Job, fleet: str, executor_kind: str, now: float) -> m.Attempt:
+        """The job's next attempt on `fleet`, leased to this replica (job and attempt SUBMITTED)."""
+        return jobs.new_attempt(
+            s,
+            job,
+            fleet,
+            f"dispatched to fleet {fleet}",
+            now=now,
+            cause=job.next_cause or job_pb2.ATTEMPT_CAUSE_INITIAL,
+            executor_kind=executor_kind,
+            series=job.series,
+            gpus=job.gpus,
+            needs=json.dumps(json.loads(job.needs or "{}").get("gpus", {})),
+            lease_owner=self.ctx.replica_id,
+            lease_until=now + LEASE_SECONDS,
+        )
+
+    def _launch_request(self, s: Session, job: m.Job, attempt: m.Attempt, recipe: RecipeDecl) -> lr.LaunchRequest:
+        """What assembly builds for the attempt, from the job row and the server's config."""
         spec = job_spec_pb2.JobSpec()
         spec.ParseFromString(job.spec)
-        root = job
-        while root.parent_job_id:
-            root = jobs.get_job(s, root.parent_job_id)
+        root = _pipeline_root(s, job)
         info = assembly.AttemptInfo(
             job.id,
             attempt.id,
-            number,
+            attempt.number,
             job.owner,
             job.project,
-            resume=number > 1 or root.id != job.id,
+            resume=attempt.number > 1 or root.id != job.id,
             stage=job.stage,
             out_key=root.id if root.id != job.id else "",
         )
-        launch = assembly.build_launch(
+        return assembly.build_launch(
             info,
             spec,
             convert.pools_from_bytes(job.pools),
@@ -227,18 +245,6 @@ class Scheduler:
             stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
             datasets=datasets.resolved(s, spec),
         )
-        attempt.launch = launch_secrets.stored_form(launch)
-        data = launch_secrets.send_form_or_fail(s, attempt, self.ctx.keyring)
-        if data is None:
-            return None
-        attempt.capsule_digest = launch.capsule.capsule_digest
-        if number == 1:
-            prov = job_spec_pb2.Provenance()
-            prov.ParseFromString(job.provenance)
-            prov.runner_digest = launch.capsule.runner_digest
-            prov.capsule_digest = launch.capsule.capsule_digest
-            job.provenance = prov.SerializeToString()
-        return Claimed(attempt.id, job.id, fleet, data)
 
     def decide(self, s: Session, now: float) -> tuple[placement.Decision, bool]:
         """This cycle's placement decision, and whether it was a full pass (see PER_OWNER)."""
@@ -410,6 +416,26 @@ class Scheduler:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _pipeline_root(s: Session, job: m.Job) -> m.Job:
+    """The first job of the pipeline `job` is a stage of (the job itself when it is none)."""
+    root = job
+    while root.parent_job_id:
+        root = jobs.get_job(s, root.parent_job_id)
+    return root
+
+
+def _record_digests(job: m.Job, attempt: m.Attempt, launch: lr.LaunchRequest) -> None:
+    """The first attempt's runner and capsule digests become the run's provenance."""
+    attempt.capsule_digest = launch.capsule.capsule_digest
+    if attempt.number != 1:
+        return
+    prov = job_spec_pb2.Provenance()
+    prov.ParseFromString(job.provenance)
+    prov.runner_digest = launch.capsule.runner_digest
+    prov.capsule_digest = launch.capsule.capsule_digest
+    job.provenance = prov.SerializeToString()
 
 
 def queue_position(s: Session, job: m.Job) -> int:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from google.protobuf import timestamp_pb2
 from sqlalchemy.orm import Session
 from starforge.control.v1 import error_reason_pb2
 from starforge.ingest.v1 import ingest_service_pb2 as pb
@@ -68,9 +69,9 @@ def cursor_for(s: Session, attempt: m.Attempt, *, for_update: bool) -> m.IngestC
 MIN_SECONDS, MAX_SECONDS = -62135596800.0, 253402300799.0
 
 
-def _seconds(t: object) -> float:
+def _seconds(t: timestamp_pb2.Timestamp) -> float:
     """A record's time in epoch seconds; its arrival time when it has none or one out of range."""
-    seconds = getattr(t, "seconds", 0) + getattr(t, "nanos", 0) / 1e9
+    seconds = t.seconds + t.nanos / 1e9
     return seconds if seconds and MIN_SECONDS <= seconds <= MAX_SECONDS else time.time()
 
 
@@ -123,6 +124,35 @@ def _lifecycle(
             now=at,
         )
     return []
+
+
+def _metric_rows(
+    points: Sequence[telemetry_pb2.MetricPoint], at: float, limits: IngestLimits
+) -> tuple[list[tuple[int, str, float, float]], list[telemetry_pb2.MetricPoint], list[str]]:
+    """A metrics record's (step, name, value, time) rows, its NaN points (not stored) and the
+    lines that say what its bounds dropped (telemetry.bounds), in one pass over the usual record."""
+    if len(points) > limits.max_points_per_record:
+        return _bounded_metric_rows(points, at, limits)
+    rows = []
+    nans = []
+    for p in points:
+        name = p.name
+        if len(name) > bounds.MAX_METRIC_NAME_CHARS:
+            return _bounded_metric_rows(points, at, limits)
+        value = p.value
+        if math.isnan(value):
+            nans.append(p)
+        else:
+            rows.append((p.step, name, value, _seconds(p.time) if p.HasField("time") else at))
+    return rows, nans, []
+
+
+def _bounded_metric_rows(
+    points: Sequence[telemetry_pb2.MetricPoint], at: float, limits: IngestLimits
+) -> tuple[list[tuple[int, str, float, float]], list[telemetry_pb2.MetricPoint], list[str]]:
+    kept, notes = bounds.bound_points(points, limits)
+    rows, nans, _ = _metric_rows(kept, at, limits)
+    return rows, nans, notes
 
 
 def _masked_samples(samples: Sequence[telemetry_pb2.Sample], mask: Callable[[str], str]) -> list[telemetry_pb2.Sample]:
@@ -268,15 +298,10 @@ def apply_records(
             for line in rec.log_chunk.lines:
                 writer.add(rec.log_chunk.stream, at, mask(line))
         elif kind == "metrics":
-            points, notes = bounds.bound_points(rec.metrics.points, limits)
+            rows, nans, notes = _metric_rows(rec.metrics.points, at, limits)
             for note in notes:
                 writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, note)
-            metric_rows.extend(
-                (p.step, p.name, p.value, _seconds(p.time) if p.HasField("time") else at)
-                for p in points
-                if not math.isnan(p.value)
-            )
-            nans = [p for p in points if math.isnan(p.value)]
+            metric_rows.extend(rows)
             if nans:  # a diverged loss: SQLite cannot store NaN (it would refuse the whole batch)
                 where = ", ".join(f"{p.name} at step {p.step}" for p in nans[:3])
                 line = f"starforge: metric value NaN not stored: {where}"
