@@ -85,17 +85,25 @@ class ExecutorPool:
         self.deadline = deadline
         self.status = {f.name: FleetStatus(f) for f in fleets}
         # TLS (and the client certificate for mutual TLS) when the control plane has tls.ca_file
-        self._channels = {f.name: aio_channel(f.address, credentials) for f in fleets}
-        self._stubs = {name: ex_grpc.ExecutorServiceStub(ch) for name, ch in self._channels.items()}
+        self._credentials = credentials
+        # Channels are made on first use, inside the event loop that serves them: a grpc.aio
+        # channel binds to the loop current when it is made, and a pool may be built before any.
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, ex_grpc.ExecutorServiceStub] = {}
 
     def _md(self, fleet: str) -> tuple[tuple[str, str], ...]:
         token = self.status[fleet].config.token
         return bearer(token) if token else ()
 
     def stub(self, fleet: str) -> ex_grpc.ExecutorServiceStub:
-        if fleet not in self._stubs:
+        if fleet not in self.status:
             raise errors.NotFound(f"no fleet named {fleet!r}")
-        return self._stubs[fleet]
+        stub = self._stubs.get(fleet)
+        if stub is None:
+            channel = aio_channel(self.status[fleet].config.address, self._credentials)
+            self._channels[fleet] = channel
+            stub = self._stubs[fleet] = ex_grpc.ExecutorServiceStub(channel)
+        return stub
 
     async def check(self, fleet: str) -> FleetStatus:
         """Ask the executor what it is; record reachability and kind mismatches."""
@@ -196,5 +204,8 @@ class ExecutorPool:
             call.cancel()
 
     async def close(self) -> None:
-        for ch in self._channels.values():
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        for ch in channels:
             await ch.close(None)

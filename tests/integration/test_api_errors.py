@@ -38,7 +38,7 @@ from starforge.job.v1 import job_state_pb2 as st
 
 from common.channel import bearer
 from common.rpc_status import from_rpc_error
-from control import auth
+from control import auth, embedded
 from control.db import models as m
 from control.secrets import create_key_file
 from tests.integration.console import Console, console
@@ -58,6 +58,11 @@ SERVICES = (
 # Modules imported for their descriptors (the generic rows build each RPC's request by name).
 IMPORTED = (cat, acc, blob, ctl, ds, fleet, sec, reg, ing)
 TRAIN = "experiments/exp/train.sh"
+# A job that leaves a file and a link (to a file outside its out dir) in FORGE_OUT_DIR.
+WRITES_ARTIFACTS = (
+    '#!/usr/bin/env bash\necho done\necho result > "$FORGE_OUT_DIR/result.txt"\n'
+    'ln -s /etc/passwd "$FORGE_OUT_DIR/link"\n'
+)
 Metadata = tuple[tuple[str, str], ...]
 
 
@@ -72,6 +77,11 @@ class World:
     run_token: Metadata  # the run token of done_job's attempt
     attempt_id: str  # done_job's attempt
     ghost: Metadata  # the node credential of node "ghost", whose registration the console lost
+    # A console whose executor was stopped after running `gone_ran`; `gone_queued` was submitted
+    # afterwards and never ran.
+    gone: Console | None = None
+    gone_ran: str = ""
+    gone_queued: str = ""
 
     @property
     def admin(self) -> Metadata:
@@ -294,6 +304,46 @@ def rows() -> Iterator[Row]:
             finished = by_id(name, request_type, lambda w: w.done_job)
             finished.__name__ = "job_succeeded"
             table.append(Row(CONTROL + name, "FAILED_PRECONDITION", finished, "ILLEGAL_TRANSITION"))
+
+    # ControlService: artifacts (done_job left out/result.txt and out/link, a link to /etc/passwd)
+    @row(CONTROL + "ListJobArtifacts", "INVALID_ARGUMENT")
+    async def artifacts_page_token_climbs_out(w: World) -> None:
+        await w.call(CONTROL + "ListJobArtifacts", ctl.ListJobArtifactsRequest(job_id=w.done_job, page_token="../x"))
+
+    @row(CONTROL + "ListJobArtifacts", "NOT_FOUND")
+    async def artifacts_of_an_unknown_job(w: World) -> None:
+        await w.call(CONTROL + "ListJobArtifacts", ctl.ListJobArtifactsRequest(job_id="j0nope"))
+
+    @row(CONTROL + "ListJobArtifacts", "FAILED_PRECONDITION")
+    async def artifacts_of_a_job_that_never_ran(w: World) -> None:
+        assert w.gone is not None
+        request = ctl.ListJobArtifactsRequest(job_id=w.gone_queued)
+        await w.call(CONTROL + "ListJobArtifacts", request, on=w.gone)
+
+    @row(CONTROL + "ListJobArtifacts", "UNAVAILABLE")
+    async def artifacts_on_a_stopped_executor(w: World) -> None:
+        assert w.gone is not None
+        await w.call(CONTROL + "ListJobArtifacts", ctl.ListJobArtifactsRequest(job_id=w.gone_ran), on=w.gone)
+
+    @row(CONTROL + "DownloadJobArtifact", "INVALID_ARGUMENT")
+    async def download_an_absolute_path(w: World) -> None:
+        request = ctl.DownloadJobArtifactRequest(job_id=w.done_job, path="/etc/passwd")
+        await w.call(CONTROL + "DownloadJobArtifact", request)
+
+    @row(CONTROL + "DownloadJobArtifact", "NOT_FOUND")
+    async def download_a_file_the_job_never_wrote(w: World) -> None:
+        request = ctl.DownloadJobArtifactRequest(job_id=w.done_job, path="missing.txt")
+        await w.call(CONTROL + "DownloadJobArtifact", request)
+
+    @row(CONTROL + "DownloadJobArtifact", "FAILED_PRECONDITION")
+    async def download_a_link(w: World) -> None:
+        await w.call(CONTROL + "DownloadJobArtifact", ctl.DownloadJobArtifactRequest(job_id=w.done_job, path="link"))
+
+    @row(CONTROL + "DownloadJobArtifact", "UNAVAILABLE")
+    async def download_from_a_stopped_executor(w: World) -> None:
+        assert w.gone is not None
+        request = ctl.DownloadJobArtifactRequest(job_id=w.gone_ran, path="result.txt")
+        await w.call(CONTROL + "DownloadJobArtifact", request, on=w.gone)
 
     # DatasetService
     @row(DATASET + "PushDataset", "INVALID_ARGUMENT")
@@ -524,13 +574,19 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         ) as c,
         # No secrets key; a HuggingFace endpoint where nothing listens (a closed loopback port).
         console(root / "bare", hf_endpoint="http://127.0.0.1:9") as bare,
+        console(root / "gone") as gone,
     ):
         bob = bearer(await _user(c, "bob"))
         executor_token = await reg_grpc.NodeRegistryServiceStub(c.channel).CreateExecutorToken(
             reg.CreateExecutorTokenRequest(fleet="local"), metadata=c.md, timeout=30
         )
-        job = await c.submit_custom("#!/usr/bin/env bash\necho done\n")
+        job = await c.submit_custom(WRITES_ARTIFACTS)
         await c.wait(job.job_id, st.JOB_STATE_SUCCEEDED)
+        ran = await gone.submit_custom(WRITES_ARTIFACTS)
+        await gone.wait(ran.job_id, st.JOB_STATE_SUCCEEDED)
+        assert gone.executor is not None
+        embedded.stop_process(gone.executor)  # its fleet stays known: the next job waits, never runs
+        queued = await gone.submit_custom(WRITES_ARTIFACTS)
         private = await c.upload({"only-admin.txt": b"the admin's own bytes\n"}, set())
         attempt = (await c.get(job.job_id)).attempts[0].attempt_id
         run_token = await c.app.ctx.db.run(lambda s: auth.issue_run_token(s, "admin", job.job_id, attempt))
@@ -552,6 +608,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         )
         await c.app.ctx.db.run(lambda s: s.delete(s.get(m.Node, "ghost")))
         world.ghost = bearer(registered.node_token)
+        world.gone, world.gone_ran, world.gone_queued = gone, ran.job_id, queued.job_id
         yield world
 
 
