@@ -39,3 +39,26 @@ async def test_an_interpreter_older_than_the_runtime_declares_is_diagnosed(tmp_p
         assert diagnosis["summary"] == d.summary and diagnosis["hint"] == d.hint
         text = (await c.sf_async("job", "status", job_id)).stdout
         assert "Python 3.12" in text and "Traceback" not in text
+
+
+async def test_a_capability_the_image_does_not_declare_is_diagnosed(tmp_path: pathlib.Path) -> None:
+    # An image declares what it can do (ENV STARFORGE_IMAGE_CAPABILITIES=...); this job's
+    # environment stands in for such an image: it declares only "vllm", and the job runs on the
+    # CPU profile, which needs "cpu".
+    async with console(tmp_path, hf_precheck=False) as c:
+        lab = await c.lab("exp", train_sh="#!/usr/bin/env bash\necho should never run\n")
+        r = await c.sf_async("-o", "json", "submit", "exp", "--env", "STARFORGE_IMAGE_CAPABILITIES=vllm", cwd=lab)
+        job_id = json.loads(r.stdout)["job"]["job_id"]
+        done = await c.wait(job_id, st.JOB_STATE_FAILED, st.JOB_STATE_SUCCEEDED, timeout=90)
+        assert done.state == st.JOB_STATE_FAILED
+        d = done.diagnosis
+        assert d.failure_class == st.FAILURE_CLASS_PRECHECK
+        assert d.summary == (
+            "custom/custom needs capabilities that the image (STARFORGE_IMAGE_CAPABILITIES) does not declare: "
+            "cpu (it runs on CPU-only machines (a cpu profile)); declared: vllm"
+        )
+        assert "sf recipe show custom/custom" in d.hint
+        logs = await c.logs(job_id)
+        assert not any("should never run" in ln or "Traceback" in ln for ln in logs)
+        text = (await c.sf_async("job", "status", job_id)).stdout
+        assert "does not declare" in text and "Traceback" not in text
