@@ -90,16 +90,17 @@ def start_console(state_dir: pathlib.Path, *, database_url: str = "", extra_yaml
     ready = state_dir / "ready.json"
     ready.unlink(missing_ok=True)
     logf = (state_dir / "console.log").open("ab")
+    # The console process `sf up` itself starts (control.embedded), in the foreground of a child.
     cmd = [
-        str(SF),
-        "up",
+        sys.executable,
+        "-m",
+        "control.embedded",
         "--state-dir",
         str(state_dir),
         "--listen",
         "127.0.0.1:0",
         "--ready-file",
         str(ready),
-        "--child",
     ]
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     deadline = time.monotonic() + 120
