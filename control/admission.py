@@ -19,7 +19,7 @@ from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
 from capsule.runner import observability as obs
-from common import errors, profiles
+from common import errors, profiles, runtimes
 from common.hashing import is_digest, manifest_digest
 from common.sensitive import CONTENT_LIMIT, bad_path, why_sensitive
 from control import hf, images
@@ -27,7 +27,7 @@ from control.assembly import entrypoint, observability, resolved_observability
 from control.auth import Principal
 from control.blobstore import BlobStore
 from control.config import DEFAULT_QUEUE, ControlConfig
-from control.executors import HOST_RUNTIMES, ExecutorPool
+from control.executors import ExecutorPool
 from recipes import params
 from recipes.catalog import Catalog, RecipeDecl, RuntimeDecl
 
@@ -477,7 +477,7 @@ def eligible_fleets(
             why = f"fleet {fleet.name} ({fleet.kind}) cannot run several pools in one job"
         elif host_only and not fleet.host_runtime:
             why = f"fleet {fleet.name} does not declare the host runtime (the job has no image)"
-        elif image == HOST_IMAGE and status.runtime not in HOST_RUNTIMES:
+        elif image == HOST_IMAGE and status.runtime not in runtimes.HOST_RUNTIMES:
             why = f"fleet {fleet.name} runs images ({status.runtime}); image 'host' needs a process-runtime fleet"
         elif image != HOST_IMAGE and status.runtime == "process":
             why = f"fleet {fleet.name} runs jobs on the host (process runtime) and cannot run image {image}"

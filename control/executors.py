@@ -19,14 +19,12 @@ from starforge.executor.v1 import executor_service_pb2 as ex
 from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
 from starforge.executor.v1 import launch_request_pb2 as lr
 
-from common import errors
+from common import errors, runtimes
 from common.channel import aio_channel, bearer
 from common.rpc_status import from_rpc_error
 from control.config import FleetConfig
 
 log = logging.getLogger("starforge.executors")
-# Executor runtimes that run jobs without a container (local `process`, Slurm without pyxis/apptainer).
-HOST_RUNTIMES = ("process", "host")
 
 ARTIFACT_LIST_SECONDS = 300.0
 ARTIFACT_READ_SECONDS = 6 * 3600.0  # one file of a checkpoint, however large
@@ -128,7 +126,7 @@ class ExecutorPool:
                     f"{st.config.address} is {caps.kind!r}; fix the fleet's kind or address"
                 )
                 log.error("%s", st.misconfigured)
-            elif st.config.host_runtime and caps.runtime not in HOST_RUNTIMES:
+            elif st.config.host_runtime and caps.runtime not in runtimes.HOST_RUNTIMES:
                 st.misconfigured = (
                     f"fleet {fleet} declares host_runtime but its executor at {st.config.address} runs "
                     f"images ({caps.runtime}); remove host_runtime or use a process-runtime executor"

@@ -34,7 +34,7 @@ from starforge.executor.v1 import launch_request_pb2 as lr_pb
 from starforge.job.v1 import artifact_pb2
 from starforge.job.v1 import job_state_pb2 as st
 
-from common import errors, labels
+from common import errors, labels, runtimes
 from executor_svc.attempt_dirs import check_id
 from executor_svc.out_files import Entry, Page
 
@@ -48,13 +48,13 @@ MANAGED_BY = labels.MANAGED_BY
 # of its state dir (local docker). Two executors on one backend never claim each other's objects.
 LABEL_EXECUTOR = "starforge.dev/executor"
 
-# Runtime names, as `describe` reports them and the control plane matches images against them.
-RUNTIME_PROCESS = "process"  # bootstrap.sh as a process on the host (local, agent)
-RUNTIME_DOCKER = "docker"  # one container per attempt (local, agent)
-RUNTIME_RAY = "ray"  # a RayJob on Kubernetes (kuberay)
-RUNTIME_HOST = "host"  # slurm, container_runtime none: on the nodes, bare
-RUNTIME_ENROOT = "enroot"  # slurm with pyxis
-RUNTIME_APPTAINER = "apptainer"  # slurm with apptainer
+# Runtime names live in common/ (the control plane reads them too); the kinds take them from here.
+RUNTIME_PROCESS = runtimes.RUNTIME_PROCESS
+RUNTIME_DOCKER = runtimes.RUNTIME_DOCKER
+RUNTIME_RAY = runtimes.RUNTIME_RAY
+RUNTIME_HOST = runtimes.RUNTIME_HOST
+RUNTIME_ENROOT = runtimes.RUNTIME_ENROOT
+RUNTIME_APPTAINER = runtimes.RUNTIME_APPTAINER
 
 
 def out_key(request: lr_pb.LaunchRequest) -> str:
