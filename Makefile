@@ -57,6 +57,7 @@ $(APT_STAMP): Makefile
 
 gen: venv $(WEB_DEPS)  ## regenerate gen/ from proto/ (gen/ts with protoc-gen-es from web/node_modules), rebuild the UI
 	buf generate
+	$(BIN)/python -m tools.gen_python_package gen/python
 	$(BIN)/python -m tools.api_reference
 	npm run --prefix web build
 

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from starforge.catalog.v1 import catalog_service_pb2 as cat
-from starforge.catalog.v1 import catalog_service_pb2_grpc as cat_grpc
-from starforge.control.v1 import blob_service_pb2 as blob
-from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
-from starforge.control.v1 import fleet_service_pb2 as fleet
-from starforge.control.v1 import fleet_service_pb2_grpc as fleet_grpc
-from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2 as cat
+from starforge_api.catalog.v1 import catalog_service_pb2_grpc as cat_grpc
+from starforge_api.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import blob_service_pb2_grpc as blob_grpc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge_api.control.v1 import fleet_service_pb2 as fleet
+from starforge_api.control.v1 import fleet_service_pb2_grpc as fleet_grpc
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
 from bench.common import REPO, log, rss_mib, stop_pid
 from common.channel import aio_channel, bearer

@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 from google.protobuf import timestamp_pb2
-from starforge.ingest.v1 import ingest_service_pb2 as pb
-from starforge.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from starforge_api.ingest.v1 import ingest_service_pb2 as pb
+from starforge_api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 
 from bench.common import QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, run_peer
 from bench.console import running_console

@@ -32,7 +32,7 @@ MEMORY_WATCH_S = 30.0
 
 
 def _template() -> dict[str, Any]:
-    from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
+    from starforge_api.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
     from control.ledger import convert
     from recipes.catalog import load_catalog

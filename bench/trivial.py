@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from bench.common import QUICK, fresh_dir, log
 from bench.console import Client, Console, running_console

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import json_format
-from starforge.executor.v1 import capsule_pb2
+from starforge_api.executor.v1 import capsule_pb2
 
 from common.relpath import relative_path_problem
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-from starforge.control.v1 import control_service_pb2 as pb
-from starforge.job.v1 import artifact_pb2
+from starforge_api.control.v1 import control_service_pb2 as pb
+from starforge_api.job.v1 import artifact_pb2
 
 from cli.client import Client
 from cli.errors import EXIT_FAILURE, CliError, usage

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
-from starforge.catalog.v1 import catalog_service_pb2_grpc
-from starforge.control.v1 import (
+from starforge_api.catalog.v1 import catalog_service_pb2_grpc
+from starforge_api.control.v1 import (
     account_service_pb2_grpc,
     blob_service_pb2_grpc,
     control_service_pb2_grpc,
@@ -23,7 +23,7 @@ from starforge.control.v1 import (
     fleet_service_pb2_grpc,
     secret_service_pb2_grpc,
 )
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc
 
 from cli.errors import CliError, from_rpc, tls_failure, usage
 from common.channel import CHANNEL_OPTIONS, bearer

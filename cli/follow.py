@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import grpc
 from rich.text import Text
-from starforge.control.v1 import control_service_pb2
-from starforge.job.v1 import job_pb2, job_state_pb2, telemetry_pb2
+from starforge_api.control.v1 import control_service_pb2
+from starforge_api.job.v1 import job_pb2, job_state_pb2, telemetry_pb2
 
 from cli.client import Client
 from cli.errors import EXIT_UNREACHABLE, CliError

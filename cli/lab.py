@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from cli import yamlfile
 from cli.errors import usage

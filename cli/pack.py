@@ -17,7 +17,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from starforge.job.v1 import workspace_pb2
+from starforge_api.job.v1 import workspace_pb2
 
 from cli import globs
 from cli.errors import usage

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-from starforge.job.v1 import artifact_pb2, job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
+from starforge_api.job.v1 import artifact_pb2, job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
 
 from cli.follow import state_name, state_style
 from cli.output import age, human_bytes, sparkline, timestamp_text

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 import cli
 from cli.errors import usage

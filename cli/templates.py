@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 from google.protobuf import json_format
-from starforge.catalog.v1 import recipe_pb2
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.catalog.v1 import recipe_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 LAB_YAML = """\
 # StarForge lab. `sf` finds this file by walking up from the current folder, like git.

@@ -20,7 +20,7 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
-from starforge.control.v1 import blob_service_pb2
+from starforge_api.control.v1 import blob_service_pb2
 
 from cli.client import Client
 from cli.errors import CliError

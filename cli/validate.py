@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from starforge.catalog.v1 import catalog_service_pb2
-from starforge.control.v1 import fleet_service_pb2
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2
+from starforge_api.control.v1 import fleet_service_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from cli.client import Client
 from cli.errors import usage

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from starforge.control.v1 import error_reason_pb2
+from starforge_api.control.v1 import error_reason_pb2
 
 from common import errors
 from common.channel import token_from_metadata

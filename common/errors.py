@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import grpc
-from starforge.control.v1 import error_reason_pb2
+from starforge_api.control.v1 import error_reason_pb2
 
 Reason = int  # a starforge.control.v1.ErrorReason value
 

@@ -9,8 +9,8 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from starforge.control.v1 import error_reason_pb2
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from common import errors
 

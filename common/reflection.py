@@ -59,10 +59,10 @@ def v1_message_classes() -> tuple[type[Any], type[Any]]:
 
 @functools.cache
 def commented_files() -> dict[str, bytes]:
-    """The StarForge FileDescriptorProtos with their comments (gen: starforge/source_info.py), by
+    """The StarForge FileDescriptorProtos with their comments (gen: starforge_api/source_info.py), by
     file name, serialized; the generated Python modules embed them without comments."""
     try:
-        from starforge import source_info
+        from starforge_api import source_info
     except ImportError:  # a gen/ from before the plugin: descriptors without comments
         return {}
     files = descriptor_pb2.FileDescriptorSet.FromString(source_info.file_descriptor_set()).file

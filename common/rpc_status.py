@@ -17,7 +17,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from starforge.control.v1 import error_reason_pb2
+from starforge_api.control.v1 import error_reason_pb2
 
 from common import errors
 

@@ -6,7 +6,7 @@ import time
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.control.v1 import account_service_pb2 as pb
+from starforge_api.control.v1 import account_service_pb2 as pb
 
 from common import errors
 from control import auth

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from starforge.control.v1 import error_reason_pb2 as er
-from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
+from starforge_api.control.v1 import error_reason_pb2 as er
+from starforge_api.executor.v1 import executor_service_pb2 as ex
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
 from capsule.runner import observability as obs
 from common import errors, profiles, runtimes

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import grpc
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from starforge.catalog.v1 import catalog_service_pb2, catalog_service_pb2_grpc
-from starforge.control.v1 import (
+from starforge_api.catalog.v1 import catalog_service_pb2, catalog_service_pb2_grpc
+from starforge_api.control.v1 import (
     account_service_pb2,
     account_service_pb2_grpc,
     blob_service_pb2,
@@ -34,9 +34,9 @@ from starforge.control.v1 import (
     secret_service_pb2,
     secret_service_pb2_grpc,
 )
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.forgelet.v1 import node_registry_service_pb2, node_registry_service_pb2_grpc
-from starforge.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.forgelet.v1 import node_registry_service_pb2, node_registry_service_pb2_grpc
+from starforge_api.ingest.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
 from common.config import ConfigError
 from common.server import Service, add_services, bind_server, service

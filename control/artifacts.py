@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
-from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import artifact_pb2
+from starforge_api.executor.v1 import executor_service_pb2 as ex
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import artifact_pb2
 
 from common import errors
 from common.artifact_paths import split_path

@@ -10,8 +10,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_spec_pb2
 
 from capsule import layout
 from capsule.runner import observability as obs

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.control.v1 import error_reason_pb2
+from starforge_api.control.v1 import error_reason_pb2
 
 from common import authn, errors
 from control.db import models as m

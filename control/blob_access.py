@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
-from starforge.control.v1 import error_reason_pb2 as er
+from starforge_api.control.v1 import error_reason_pb2 as er
 
 from common import errors
 from control.auth import Principal

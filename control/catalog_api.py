@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from starforge.control.v1 import error_reason_pb2
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from common import errors
 from recipes.catalog import Catalog, RecipeDecl

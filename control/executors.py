@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
-from starforge.executor.v1 import launch_request_pb2 as lr
+from starforge_api.executor.v1 import executor_service_pb2 as ex
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.executor.v1 import launch_request_pb2 as lr
 
 from common import errors, runtimes
 from common.channel import aio_channel, bearer

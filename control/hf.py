@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 import httpx
-from starforge.control.v1 import error_reason_pb2 as er
+from starforge_api.control.v1 import error_reason_pb2 as er
 
 from common import errors
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import yaml
-from starforge.job.v1 import job_pb2
+from starforge_api.job.v1 import job_pb2
 
 from common.config import ConfigError
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from starforge.job.v1 import job_pb2, job_state_pb2
+from starforge_api.job.v1 import job_pb2, job_state_pb2
 
 from control.ledger import state_machine as sm
 

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
 from control import admission, blob_access, datasets, hf, job_history, rate_limit, secrets

@@ -11,8 +11,8 @@ attempt until it ends: that first launch may have reached the executor.
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import auth, secrets

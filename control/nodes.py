@@ -20,9 +20,9 @@ import time
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.control.v1 import error_reason_pb2
-from starforge.forgelet.v1 import node_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import auth

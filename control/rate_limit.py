@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from starforge.control.v1 import error_reason_pb2 as er
+from starforge_api.control.v1 import error_reason_pb2 as er
 
 from common import errors
 from control.auth import Principal

@@ -32,10 +32,10 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from starforge.control.v1 import error_reason_pb2 as er
-from starforge.control.v1 import secret_service_pb2 as pb
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.control.v1 import error_reason_pb2 as er
+from starforge_api.control.v1 import secret_service_pb2 as pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_spec_pb2
 
 from common import errors
 from common.config import ConfigError

@@ -29,10 +29,10 @@ import datetime as dt
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import artifact_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import artifact_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, labels, runtimes
 from executor_svc.attempt_dirs import check_id

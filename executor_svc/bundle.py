@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from starforge.control.v1 import blob_service_pb2 as blob_pb
-from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
-from starforge.control.v1 import error_reason_pb2 as reason_pb
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import workspace_pb2 as ws_pb
+from starforge_api.control.v1 import blob_service_pb2 as blob_pb
+from starforge_api.control.v1 import blob_service_pb2_grpc as blob_grpc
+from starforge_api.control.v1 import error_reason_pb2 as reason_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import workspace_pb2 as ws_pb
 
 from common import errors
 from common.channel import aio_channel, bearer

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 # What a process-runtime capsule inherits from the executor's own environment. Nothing else does:
 # the executor's environment holds its token and the control plane's settings.

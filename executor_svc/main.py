@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
 
 from common import errors
 from common.config import ConfigError

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import authn, errors
 from executor_svc.base import Executor, OutDirRef, capabilities_to_proto, observation_to_proto, page_to_proto

@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 
 import grpc
-from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
-from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
-from starforge.forgelet.v1 import node_pb2
-from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
+from starforge_api.forgelet.v1 import forgelet_service_pb2 as fl_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as reg_pb
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
 
 from common import errors
 from common.channel import aio_channel, bearer

@@ -16,8 +16,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from starforge.forgelet.v1 import node_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.local.executor import LocalExecutor

@@ -21,8 +21,8 @@ import contextlib
 import logging
 
 import grpc
-from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as reg_pb
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
 
 from common.channel import aio_channel, bearer
 from common.config import ConfigError

@@ -14,8 +14,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
-from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
+from starforge_api.forgelet.v1 import forgelet_service_pb2 as fl_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
 
 from common import authn, errors
 from executor_svc.base import LaunchResult, OutDirRef, entry_to_proto, observation_to_proto

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from starforge.catalog.v1 import recipe_pb2
+from starforge_api.catalog.v1 import recipe_pb2
 
 from recipes.catalog import ParameterDecl, RecipeDecl, RuntimeDecl
 

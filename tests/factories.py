@@ -6,8 +6,8 @@ import json
 import time
 
 from sqlalchemy.orm import Session
-from starforge.ingest.v1 import ingest_service_pb2 as ing
-from starforge.job.v1 import job_pb2, job_spec_pb2, lifecycle_event_pb2, telemetry_pb2
+from starforge_api.ingest.v1 import ingest_service_pb2 as ing
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, lifecycle_event_pb2, telemetry_pb2
 
 from common import ids
 from control import auth

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from rich.text import Text
-from starforge.control.v1 import account_service_pb2
+from starforge_api.control.v1 import account_service_pb2
 
 from cli import config as client_config
 from cli.commands.common import OutputOpt

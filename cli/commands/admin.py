@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as reg_pb
 
 from cli.commands.account import parse_ttl
 from cli.commands.common import OutputOpt

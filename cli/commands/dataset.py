@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from starforge.control.v1 import dataset_service_pb2
+from starforge_api.control.v1 import dataset_service_pb2
 
 from cli.commands.common import OutputOpt
 from cli.context import app_state

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
-from starforge.control.v1 import control_service_pb2
-from starforge.job.v1 import job_pb2, job_state_pb2
+from starforge_api.control.v1 import control_service_pb2
+from starforge_api.job.v1 import job_pb2, job_state_pb2
 
 from cli import artifacts, render
 from cli.client import Client

@@ -9,8 +9,8 @@ import stat
 from typing import Annotated, Any
 
 import typer
-from starforge.catalog.v1 import catalog_service_pb2
-from starforge.control.v1 import account_service_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2
+from starforge_api.control.v1 import account_service_pb2
 
 from cli import lab as labmod
 from cli import templates

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from rich.text import Text
-from starforge.catalog.v1 import catalog_service_pb2, recipe_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2, recipe_pb2
 
 from cli import templates
 from cli.commands.common import OutputOpt

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from starforge.control.v1 import secret_service_pb2 as pb
+from starforge_api.control.v1 import secret_service_pb2 as pb
 
 from cli.commands.common import OutputOpt
 from cli.context import AppState, app_state

@@ -11,9 +11,9 @@ import uuid
 from typing import Annotated, Any
 
 import typer
-from starforge.catalog.v1 import catalog_service_pb2
-from starforge.control.v1 import account_service_pb2, control_service_pb2
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2
+from starforge_api.control.v1 import account_service_pb2, control_service_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from cli import render, templates
 from cli import spec as specmod

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from google.protobuf import timestamp_pb2
-from starforge.job.v1 import job_pb2, job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_pb2, job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.db import models as m
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from google.protobuf.message import DecodeError
 from sqlalchemy.orm import Session
-from starforge.job.v1 import job_pb2, job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_pb2, job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control import auth, diagnosis
 from control.db import models as m

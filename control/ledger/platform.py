@@ -13,8 +13,8 @@ import time
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.job.v1 import job_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.db import models as m
 from control.ledger import jobs

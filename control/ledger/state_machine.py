@@ -22,8 +22,8 @@ a second, small machine checked here too: nothing -> STOP | PAUSE, PAUSE -> STOP
 
 from __future__ import annotations
 
-from starforge.control.v1 import error_reason_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 

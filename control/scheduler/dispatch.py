@@ -19,9 +19,9 @@ from typing import Any
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_pb2, job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_pb2, job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import assembly, datasets, launch_secrets, metrics, windows

@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.forgelet.v1 import node_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import diagnosis, launch_secrets, nodes

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starforge.control.v1 import blob_service_pb2 as pb
-from starforge.control.v1 import blob_service_pb2_grpc as pb_grpc
-from starforge.control.v1 import error_reason_pb2
+from starforge_api.control.v1 import blob_service_pb2 as pb
+from starforge_api.control.v1 import blob_service_pb2_grpc as pb_grpc
+from starforge_api.control.v1 import error_reason_pb2
 
 from common import errors
 from common.hashing import is_digest

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from starforge.catalog.v1 import catalog_service_pb2 as pb
-from starforge.catalog.v1 import catalog_service_pb2_grpc as pb_grpc
-from starforge.catalog.v1 import recipe_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2 as pb
+from starforge_api.catalog.v1 import catalog_service_pb2_grpc as pb_grpc
+from starforge_api.catalog.v1 import recipe_pb2
 
 from common import errors
 from control import catalog_api

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from google.protobuf import timestamp_pb2
-from starforge.control.v1 import control_service_pb2 as pb
-from starforge.control.v1 import control_service_pb2_grpc as pb_grpc
+from starforge_api.control.v1 import control_service_pb2 as pb
+from starforge_api.control.v1 import control_service_pb2_grpc as pb_grpc
 
 from common import __version__, errors
 from control import auth

@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from starforge.control.v1 import fleet_service_pb2 as pb
-from starforge.control.v1 import fleet_service_pb2_grpc as pb_grpc
-from starforge.executor.v1 import executor_service_pb2 as ex
+from starforge_api.control.v1 import fleet_service_pb2 as pb
+from starforge_api.control.v1 import fleet_service_pb2_grpc as pb_grpc
+from starforge_api.executor.v1 import executor_service_pb2 as ex
 
 from control import auth, fleets, windows
 from control.context import Context

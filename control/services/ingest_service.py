@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
-from starforge.ingest.v1 import ingest_service_pb2 as pb
-from starforge.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from starforge_api.ingest.v1 import ingest_service_pb2 as pb
+from starforge_api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 
 from common import errors
 from control import auth, diagnosis, metrics

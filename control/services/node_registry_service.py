@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from starforge.forgelet.v1 import node_registry_service_pb2 as pb
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc as pb_grpc
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as pb
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc as pb_grpc
 
 from control import auth, nodes
 from control.context import Context

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from starforge.control.v1 import secret_service_pb2 as pb
-from starforge.control.v1 import secret_service_pb2_grpc as pb_grpc
+from starforge_api.control.v1 import secret_service_pb2 as pb
+from starforge_api.control.v1 import secret_service_pb2_grpc as pb_grpc
 
 from control import auth, secrets
 from control.context import Context

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from starforge.ingest.v1 import ingest_service_pb2 as pb
-from starforge.job.v1 import lifecycle_event_pb2 as lc
-from starforge.job.v1 import telemetry_pb2
+from starforge_api.ingest.v1 import ingest_service_pb2 as pb
+from starforge_api.job.v1 import lifecycle_event_pb2 as lc
+from starforge_api.job.v1 import telemetry_pb2
 
 from control.config import ControlConfig
 

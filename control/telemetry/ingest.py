@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
 from sqlalchemy.orm import Session
-from starforge.control.v1 import error_reason_pb2
-from starforge.ingest.v1 import ingest_service_pb2 as pb
-from starforge.job.v1 import job_state_pb2 as st
-from starforge.job.v1 import lifecycle_event_pb2 as lc
-from starforge.job.v1 import telemetry_pb2
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.ingest.v1 import ingest_service_pb2 as pb
+from starforge_api.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import lifecycle_event_pb2 as lc
+from starforge_api.job.v1 import telemetry_pb2
 
 from common import errors
 from control import diagnosis

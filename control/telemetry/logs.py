@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import and_, or_, select, tuple_
 from sqlalchemy.orm import Session
-from starforge.job.v1 import telemetry_pb2
+from starforge_api.job.v1 import telemetry_pb2
 
 from control.db import models as m
 from control.db.engine import insert_rows

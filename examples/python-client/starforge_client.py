@@ -30,9 +30,9 @@ import grpc
 from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
-from starforge.job.v1 import job_state_pb2
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge_api.job.v1 import job_state_pb2
 
 TERMINAL = {job_state_pb2.JOB_STATE_SUCCEEDED, job_state_pb2.JOB_STATE_FAILED, job_state_pb2.JOB_STATE_STOPPED}
 DETAIL_TYPES = (

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
-from starforge.forgelet.v1 import node_pb2
-from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as reg_pb
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
 
 from common import errors
 from common.channel import aio_channel, bearer

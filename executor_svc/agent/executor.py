@@ -23,12 +23,12 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
-from starforge.forgelet.v1 import node_pb2
-from starforge.job.v1 import job_spec_pb2 as spec_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2 as fl_pb
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from common.tls import channel_credentials

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from starforge.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_pb2
 
 from executor_svc.agent.state import Placement
 

@@ -39,8 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 
 from common.hashing import is_digest
 from executor_svc.base import LABEL_EXECUTOR, labels_for, out_key

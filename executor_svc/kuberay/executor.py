@@ -24,9 +24,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.base import (

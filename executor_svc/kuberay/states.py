@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from executor_svc.plumbing import states
 from executor_svc.plumbing.failures import OOM_EVIDENCE, PRECHECK_EXIT_CODES

@@ -25,9 +25,9 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest, Mount
-from starforge.control.v1 import error_reason_pb2 as reason_pb
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.control.v1 import error_reason_pb2 as reason_pb
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from executor_svc.base import (

@@ -19,10 +19,10 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_spec_pb2 as spec_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc import bundle, out_files

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from executor_svc.local.config import SeriesConfig
 from executor_svc.local.records import AttemptDirs, AttemptRecord

@@ -6,7 +6,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from executor_svc import bundle
 from executor_svc.attempt_dirs import AttemptDirs

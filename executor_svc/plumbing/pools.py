@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from starforge.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 
 from common import errors
 

@@ -16,7 +16,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from executor_svc.slurm.script import Container
 

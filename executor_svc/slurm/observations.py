@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from executor_svc.base import Observation
 from executor_svc.slurm.models import SlurmJob

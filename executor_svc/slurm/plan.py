@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from executor_svc.capsule_env import CapsulePaths, capsule_env, stop_grace

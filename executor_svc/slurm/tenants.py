@@ -6,7 +6,7 @@ submitted (held), and the executor reads them from the job record (executor.py).
 
 from __future__ import annotations
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from executor_svc.slurm.config import SlurmConfig

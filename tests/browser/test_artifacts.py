@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 from playwright.async_api import Page, expect
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.browser.conftest import Shots, free_port
 from tests.browser.test_console import WAIT, sign_in

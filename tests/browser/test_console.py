@@ -11,10 +11,10 @@ import pathlib
 
 import pytest
 from playwright.async_api import Page, expect
-from starforge.control.v1 import account_service_pb2 as acct
-from starforge.control.v1 import account_service_pb2_grpc as acct_grpc
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import account_service_pb2 as acct
+from starforge_api.control.v1 import account_service_pb2_grpc as acct_grpc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.config import InventoryConfig
 from tests.browser.conftest import Shots, free_port

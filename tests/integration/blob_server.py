@@ -7,7 +7,7 @@ import pathlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from starforge.control.v1 import blob_service_pb2, blob_service_pb2_grpc
+from starforge_api.control.v1 import blob_service_pb2, blob_service_pb2_grpc
 
 from common.server import create_server, service
 from control import auth

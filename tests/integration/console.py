@@ -21,13 +21,13 @@ from typing import Any
 
 import grpc
 import yaml
-from starforge.catalog.v1 import catalog_service_pb2 as cat
-from starforge.catalog.v1 import catalog_service_pb2_grpc as cat_grpc
-from starforge.control.v1 import blob_service_pb2 as blob
-from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
-from starforge.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, workspace_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2 as cat
+from starforge_api.catalog.v1 import catalog_service_pb2_grpc as cat_grpc
+from starforge_api.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import blob_service_pb2_grpc as blob_grpc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, workspace_pb2
 
 from common.channel import aio_channel, bearer
 from control import embedded

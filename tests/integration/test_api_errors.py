@@ -22,19 +22,19 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import descriptor_pool, message_factory
-from starforge.catalog.v1 import catalog_service_pb2 as cat
-from starforge.control.v1 import account_service_pb2 as acc
-from starforge.control.v1 import blob_service_pb2 as blob
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import dataset_service_pb2 as ds
-from starforge.control.v1 import fleet_service_pb2 as fleet
-from starforge.control.v1 import secret_service_pb2 as sec
-from starforge.forgelet.v1 import node_pb2
-from starforge.forgelet.v1 import node_registry_service_pb2 as reg
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
-from starforge.ingest.v1 import ingest_service_pb2 as ing
-from starforge.job.v1 import job_spec_pb2, workspace_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.catalog.v1 import catalog_service_pb2 as cat
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import dataset_service_pb2 as ds
+from starforge_api.control.v1 import fleet_service_pb2 as fleet
+from starforge_api.control.v1 import secret_service_pb2 as sec
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as reg
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
+from starforge_api.ingest.v1 import ingest_service_pb2 as ing
+from starforge_api.job.v1 import job_spec_pb2, workspace_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import bearer
 from common.rpc_status import from_rpc_error

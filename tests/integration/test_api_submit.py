@@ -11,9 +11,9 @@ from typing import Any
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.hashing import manifest_digest
 from common.rpc_status import from_rpc_error

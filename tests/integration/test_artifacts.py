@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.artifacts_support import WRITE_ARTIFACTS, check_download, check_listing
 from tests.integration.console import console

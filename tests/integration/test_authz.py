@@ -9,16 +9,16 @@ from typing import Any
 
 import grpc
 import pytest
-from starforge.control.v1 import account_service_pb2 as acc
-from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import fleet_service_pb2 as fleet_pb
-from starforge.control.v1 import fleet_service_pb2_grpc as fleet_grpc
-from starforge.forgelet.v1 import node_pb2
-from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
-from starforge.ingest.v1 import ingest_service_pb2 as ing
-from starforge.ingest.v1 import ingest_service_pb2_grpc as ing_grpc
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import fleet_service_pb2 as fleet_pb
+from starforge_api.control.v1 import fleet_service_pb2_grpc as fleet_grpc
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as reg_pb
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
+from starforge_api.ingest.v1 import ingest_service_pb2 as ing
+from starforge_api.ingest.v1 import ingest_service_pb2_grpc as ing_grpc
 
 from common.channel import bearer
 from common.rpc_status import from_rpc_error

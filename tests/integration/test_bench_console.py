@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import pathlib
 
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
 
 from bench.console import running_console
 from common.channel import aio_channel

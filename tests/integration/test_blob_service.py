@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from starforge.control.v1 import blob_service_pb2 as pb
-from starforge.control.v1 import blob_service_pb2_grpc as pb_grpc
+from starforge_api.control.v1 import blob_service_pb2 as pb
+from starforge_api.control.v1 import blob_service_pb2_grpc as pb_grpc
 
 from common.channel import aio_channel, bearer
 from tests.integration.blob_server import blob_server

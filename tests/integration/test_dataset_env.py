@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import Console, console
 

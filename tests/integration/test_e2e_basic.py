@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import console
 

@@ -10,8 +10,8 @@ import subprocess
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import Console, console
 

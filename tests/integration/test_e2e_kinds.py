@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.config import InventoryConfig
 from executor_svc.kuberay.names import rayjob_name

@@ -9,7 +9,7 @@ import pathlib
 import time
 
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import Console, console
 
@@ -56,7 +56,7 @@ async def test_stop_ends_stopped_and_kills_every_process(tmp_path: pathlib.Path)
             assert time.monotonic() < deadline
             await asyncio.sleep(0.1)
         assert _session_members(pid), "the job should be running"
-        from starforge.control.v1 import control_service_pb2 as ctl
+        from starforge_api.control.v1 import control_service_pb2 as ctl
 
         await c.jobs.StopJob(ctl.StopJobRequest(job_id=job.job_id), metadata=c.md)
         stopped = await c.wait(job.job_id, st.JOB_STATE_STOPPED, st.JOB_STATE_FAILED, timeout=30)

@@ -7,7 +7,7 @@ import json
 import pathlib
 import time
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import Console, console
 

@@ -6,7 +6,7 @@ import pathlib
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2 as ctl
 
 from common.rpc_status import from_rpc_error
 from tests.hub_server import HubRepos, hub_server

@@ -10,8 +10,8 @@ import pathlib
 
 import pytest
 import yaml
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_pb2
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_pb2
 
 from control import embedded, images
 from control.config import InventoryConfig

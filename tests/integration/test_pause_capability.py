@@ -9,9 +9,9 @@ import pathlib
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.rpc_status import from_rpc_error
 from control.config import InventoryConfig

@@ -7,9 +7,9 @@ import json
 import pathlib
 
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import console
 

@@ -9,7 +9,7 @@ import pathlib
 import grpc
 import pytest
 import yaml
-from starforge.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2 as ctl
 
 from common.rpc_status import from_rpc_error
 from control.config import InventoryConfig

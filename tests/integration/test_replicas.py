@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.app import start_control
 from tests.db import create_pg_database, drop_pg_database

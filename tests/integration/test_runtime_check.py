@@ -7,7 +7,7 @@ import json
 import pathlib
 import sys
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.config import InventoryConfig
 from tests.integration.console import console

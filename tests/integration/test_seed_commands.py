@@ -13,10 +13,10 @@ from typing import Any, cast
 import pytest
 import yaml
 from kubernetes import client
-from starforge.control.v1 import account_service_pb2 as acc
-from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
-from starforge.job.v1 import job_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge_api.job.v1 import job_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.config import InventoryConfig
 from executor_svc.kuberay.names import rayjob_name

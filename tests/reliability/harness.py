@@ -25,10 +25,10 @@ from typing import Any
 import grpc
 import yaml
 from sqlalchemy import func, select
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
-from starforge.job.v1 import job_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge_api.job.v1 import job_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import aio_channel, bearer
 from control import embedded

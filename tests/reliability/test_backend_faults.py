@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from common.server import create_server, service

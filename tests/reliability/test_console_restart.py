@@ -12,8 +12,8 @@ import socket
 import subprocess
 import sys
 
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.app import start_control
 from tests.integration.console import console

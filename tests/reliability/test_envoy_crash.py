@@ -20,8 +20,8 @@ import time
 
 import httpx
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import Console, console
 from tests.reliability import grpc_web

@@ -22,9 +22,9 @@ import time
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.db import models as m
 from control.db.engine import Database

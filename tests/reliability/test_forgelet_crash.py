@@ -20,9 +20,9 @@ from collections import Counter
 
 import pytest
 from sqlalchemy import func, select
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.db import models as m
 from executor_svc.base import LABEL_ATTEMPT

@@ -34,9 +34,9 @@ import typer.main
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_spec_pb2, workspace_pb2
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_spec_pb2, workspace_pb2
 from typer.testing import CliRunner
 
 from cli import client as cli_client

@@ -34,8 +34,8 @@ import pytest
 from google.protobuf.descriptor import Descriptor, MethodDescriptor, ServiceDescriptor
 from hypothesis import given
 from hypothesis import strategies as st
-from starforge.catalog.v1 import catalog_service_pb2
-from starforge.control.v1 import (
+from starforge_api.catalog.v1 import catalog_service_pb2
+from starforge_api.control.v1 import (
     account_service_pb2,
     blob_service_pb2,
     control_service_pb2,
@@ -43,17 +43,17 @@ from starforge.control.v1 import (
     fleet_service_pb2,
     secret_service_pb2,
 )
-from starforge.control.v1 import blob_service_pb2 as blob
-from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
-from starforge.executor.v1 import executor_service_pb2
-from starforge.forgelet.v1 import forgelet_service_pb2, node_registry_service_pb2
-from starforge.ingest.v1 import ingest_service_pb2
-from starforge.ingest.v1 import ingest_service_pb2 as ingest_pb
-from starforge.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st_pb
+from starforge_api.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import blob_service_pb2_grpc as blob_grpc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge_api.executor.v1 import executor_service_pb2
+from starforge_api.forgelet.v1 import forgelet_service_pb2, node_registry_service_pb2
+from starforge_api.ingest.v1 import ingest_service_pb2
+from starforge_api.ingest.v1 import ingest_service_pb2 as ingest_pb
+from starforge_api.ingest.v1 import ingest_service_pb2_grpc as ingest_grpc
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st_pb
 from typer.testing import CliRunner
 
 from cli.main import app

@@ -18,9 +18,9 @@ import time
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.executor.v1 import executor_service_pb2 as ex
-from starforge.executor.v1 import launch_request_pb2 as lr
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.executor.v1 import executor_service_pb2 as ex
+from starforge_api.executor.v1 import launch_request_pb2 as lr
 
 from common import errors
 from control.executors import ExecutorPool

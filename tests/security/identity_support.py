@@ -8,8 +8,8 @@ from typing import Any
 
 import grpc
 import pytest
-from starforge.control.v1 import account_service_pb2 as acc
-from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
 
 from common.channel import bearer
 from common.rpc_status import from_rpc_error

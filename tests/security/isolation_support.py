@@ -22,9 +22,9 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from starforge.control.v1 import account_service_pb2 as acc
-from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
-from starforge.job.v1 import job_pb2, job_spec_pb2, job_state_pb2
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, job_state_pb2
 
 from tests.integration.console import Console, console
 

@@ -9,9 +9,9 @@ import pathlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from starforge.control.v1 import account_service_pb2 as acc
-from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
-from starforge.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge_api.control.v1 import blob_service_pb2 as blob
 
 from common.channel import aio_channel
 from tests.integration.console import Console, executor_yaml, start_executor_process

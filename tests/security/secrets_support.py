@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import psycopg
-from starforge.control.v1 import account_service_pb2 as acc
-from starforge.control.v1 import account_service_pb2_grpc as acc_grpc
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_pb2, job_spec_pb2
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_pb2, job_spec_pb2
 
 from common.channel import bearer
 from control.secrets import create_key_file

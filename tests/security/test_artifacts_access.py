@@ -15,11 +15,11 @@ import json
 import pathlib
 
 import grpc
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
-from starforge.job.v1 import artifact_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.job.v1 import artifact_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import aio_channel, bearer
 from control import auth

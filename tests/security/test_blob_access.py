@@ -19,10 +19,10 @@ import urllib.request
 from collections.abc import AsyncIterator
 
 import grpc
-from starforge.control.v1 import blob_service_pb2 as blob
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_spec_pb2, workspace_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_spec_pb2, workspace_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import bearer
 from tests.integration.console import Console, console

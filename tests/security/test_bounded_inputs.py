@@ -20,10 +20,10 @@ import urllib.request
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import error_reason_pb2 as er
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import error_reason_pb2 as er
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from common.rpc_status import from_rpc_error

@@ -19,7 +19,7 @@ import pathlib
 from collections.abc import AsyncIterator
 
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.backends.docker import TEST_IMAGE, DockerEngine
 from tests.integration.console import Console, console

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from common import errors
 from control import admission, images

@@ -12,12 +12,12 @@ import pathlib
 
 import grpc
 import pytest
-from starforge.control.v1 import fleet_service_pb2 as fleet_pb
-from starforge.control.v1 import fleet_service_pb2_grpc as fleet_grpc
-from starforge.forgelet.v1 import node_pb2
-from starforge.forgelet.v1 import node_registry_service_pb2 as reg_pb
-from starforge.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import fleet_service_pb2 as fleet_pb
+from starforge_api.control.v1 import fleet_service_pb2_grpc as fleet_grpc
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_registry_service_pb2 as reg_pb
+from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc as reg_grpc
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import bearer
 from forgelet.identity import CREDENTIAL_FILE

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.forgelet.fleet import free_port
 from tests.security.isolation_support import (

@@ -18,10 +18,10 @@ import sqlite3
 import grpc
 import pytest
 from sqlalchemy import select
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_state_pb2 as st
-from starforge.job.v1 import lifecycle_event_pb2 as lc
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import lifecycle_event_pb2 as lc
 
 from control.db import models as m
 from tests.integration.backends.docker import DockerEngine

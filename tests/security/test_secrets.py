@@ -14,11 +14,11 @@ import pathlib
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import secret_service_pb2 as sec
-from starforge.control.v1 import secret_service_pb2_grpc as sec_grpc
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import secret_service_pb2 as sec
+from starforge_api.control.v1 import secret_service_pb2_grpc as sec_grpc
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import bearer
 from common.config import ConfigError

@@ -17,13 +17,13 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.control.v1 import control_service_pb2_grpc as ctl_grpc
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import aio_channel, bearer
 from tests.integration.console import EXECUTOR_TOKEN, REPO, console, start_executor_process

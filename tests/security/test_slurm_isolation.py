@@ -19,9 +19,9 @@ import hashlib
 import pathlib
 
 import pytest
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_state_pb2 as st
-from starforge.job.v1 import workspace_pb2 as ws_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import workspace_pb2 as ws_pb
 
 from executor_svc.slurm import SlurmExecutor
 from tests.integration.blob_server import BlobServer

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from executor_svc.capsule_env import TOKEN_FILE
 from executor_svc.slurm import SlurmExecutor

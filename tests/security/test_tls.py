@@ -29,11 +29,11 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
-from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
-from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.forgelet.v1 import forgelet_service_pb2 as fl_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import ids
 from common.channel import aio_channel, bearer

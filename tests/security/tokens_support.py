@@ -24,12 +24,12 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
-from starforge.control.v1 import blob_service_pb2 as blob
-from starforge.control.v1 import blob_service_pb2_grpc as blob_grpc
-from starforge.control.v1 import error_reason_pb2
-from starforge.ingest.v1 import ingest_service_pb2 as ing
-from starforge.ingest.v1 import ingest_service_pb2_grpc as ing_grpc
-from starforge.job.v1 import lifecycle_event_pb2 as lc
+from starforge_api.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import blob_service_pb2_grpc as blob_grpc
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.ingest.v1 import ingest_service_pb2 as ing
+from starforge_api.ingest.v1 import ingest_service_pb2_grpc as ing_grpc
+from starforge_api.job.v1 import lifecycle_event_pb2 as lc
 
 from common.channel import aio_channel, bearer
 from common.rpc_status import from_rpc_error

@@ -1,5 +1,6 @@
 """The contract: buf lint is clean (STANDARD + COMMENTS: every element commented), gen/ is exactly what
-`buf generate` produces. tests/unit/test_lint_rules.py proves buf lint and buf breaking fail on violations."""
+`buf generate` (then tools/gen_python_package.py) produces. tests/unit/test_lint_rules.py proves buf
+lint and buf breaking fail on violations."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import shutil
 import subprocess
 
 import pytest
+
+from tools import gen_python_package
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUF = shutil.which("buf")  # conftest puts the venv on PATH
@@ -41,6 +44,7 @@ def test_gen_is_fresh(tmp_path: pathlib.Path) -> None:
         text=True,
     )
     assert result.returncode == 0, result.stderr
+    assert gen_python_package.main(tmp_path / "gen" / "python") == 0
     fresh = _tree(tmp_path / "gen")
     committed = _tree(ROOT / "gen")
     stale = sorted(k for k in fresh.keys() | committed.keys() if fresh.get(k) != committed.get(k))
@@ -121,7 +125,7 @@ def test_every_rpc_documents_its_errors() -> None:
 
 def test_api_md_explains_every_error_reason() -> None:
     """docs/api.md's error table names every ErrorReason a client may receive."""
-    from starforge.control.v1 import error_reason_pb2
+    from starforge_api.control.v1 import error_reason_pb2
 
     text = (ROOT / "docs" / "api.md").read_text()
     names = [v.name.removeprefix("ERROR_REASON_") for v in error_reason_pb2.ErrorReason.DESCRIPTOR.values][1:]

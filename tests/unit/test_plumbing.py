@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from starforge.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 
 from common import errors
 from common.relpath import relative_path_problem

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from starforge.executor.v1 import launch_request_pb2 as lr
+from starforge_api.executor.v1 import launch_request_pb2 as lr
 
 from capsule.runner.errors import RunnerConfigError
 from capsule.runner.secrecy import take_token

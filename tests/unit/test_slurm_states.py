@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from executor_svc.slurm import decode_labels, encode_labels, job_ledger_state, map_state
 from executor_svc.slurm.models import SlurmJob, split_state

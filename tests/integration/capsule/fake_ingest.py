@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from starforge.ingest.v1 import ingest_service_pb2 as pb
-from starforge.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
-from starforge.job.v1 import lifecycle_event_pb2 as lpb
-from starforge.job.v1 import telemetry_pb2 as tpb
+from starforge_api.ingest.v1 import ingest_service_pb2 as pb
+from starforge_api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
+from starforge_api.job.v1 import lifecycle_event_pb2 as lpb
+from starforge_api.job.v1 import telemetry_pb2 as tpb
 
 
 class FakeIngest(pb_grpc.IngestServiceServicer):

@@ -8,7 +8,7 @@ import signal
 from typing import Any
 
 import pytest
-from starforge.ingest.v1 import ingest_service_pb2 as ingest_pb
+from starforge_api.ingest.v1 import ingest_service_pb2 as ingest_pb
 
 from .fake_ingest import FakeIngest
 from .harness import Bootstrap, lay_out, run_capsule

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import REPO, Console, console
 

@@ -27,9 +27,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_spec_pb2 as spec_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.config import build_dataclass
 from executor_svc.agent.config import AgentConfig

@@ -16,10 +16,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_spec_pb2 as spec_pb
-from starforge.job.v1 import job_state_pb2 as st
-from starforge.job.v1 import workspace_pb2 as ws_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import workspace_pb2 as ws_pb
 
 from capsule import layout
 from common import ids

@@ -9,8 +9,8 @@ import shutil
 import stat
 
 import pytest
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import workspace_pb2 as ws_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import workspace_pb2 as ws_pb
 
 from common import errors
 from executor_svc import bundle

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import docker
 import pytest
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
 from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED

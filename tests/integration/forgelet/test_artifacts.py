@@ -8,9 +8,9 @@ import pathlib
 
 import grpc
 import pytest
-from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
-from starforge.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.forgelet.v1 import forgelet_service_pb2 as fl_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2_grpc as fl_grpc
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import aio_channel, bearer
 from tests.integration.artifacts_support import FILES, WRITE_ARTIFACTS, check_download, check_listing

@@ -15,9 +15,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from starforge.forgelet.v1 import node_pb2
-from starforge.job.v1 import job_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.job.v1 import job_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.backends.docker import TEST_IMAGE, DockerEngine
 from tests.integration.console import Console

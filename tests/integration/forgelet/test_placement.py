@@ -13,9 +13,9 @@ from collections import defaultdict
 
 import grpc
 import pytest
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2 as fl_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.agent import AgentConfig, AgentExecutor

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.forgelet.v1 import forgelet_service_pb2 as fl_pb
-from starforge.forgelet.v1 import node_pb2
-from starforge.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.forgelet.v1 import forgelet_service_pb2 as fl_pb
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 
 from control.db import models as m
 from tests.integration.console import Console, console

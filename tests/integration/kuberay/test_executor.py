@@ -9,8 +9,8 @@ import time
 
 import pytest
 import yaml
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.kuberay import names

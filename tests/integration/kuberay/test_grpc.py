@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 import yaml
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.executor.v1 import executor_service_pb2_grpc as ex_grpc
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.executor.v1 import executor_service_pb2_grpc as ex_grpc
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import aio_channel, bearer
 from executor_svc.kuberay import names

@@ -8,8 +8,8 @@ import json
 import pathlib
 
 from sqlalchemy import func, select
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_spec_pb2
 
 from control.db import models as m
 from control.db.engine import Database

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy.orm import Session
-from starforge.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_pb2
 
 from common import errors
 from control import auth, blob_access, nodes

@@ -9,10 +9,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.control.v1 import error_reason_pb2
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_pb2, lifecycle_event_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_pb2, lifecycle_event_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import launch_secrets

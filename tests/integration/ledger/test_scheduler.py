@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import select
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control import auth
 from control.blobstore import BlobStore

@@ -11,9 +11,9 @@ import dataclasses
 import pathlib
 
 from sqlalchemy.orm import Session
-from starforge.executor.v1 import launch_request_pb2 as lr
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import launch_request_pb2 as lr
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control import auth, secrets
 from control.db.engine import Database

@@ -22,9 +22,9 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge.forgelet.v1 import node_pb2
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.forgelet.v1 import node_pb2
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import nodes

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
-from starforge.control.v1 import control_service_pb2 as ctl
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control import embedded
 from control.db import models as m

@@ -7,7 +7,7 @@ import time
 from collections.abc import Collection
 
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from executor_svc.slurm import SlurmClient, SlurmJob, job_ledger_state
 

@@ -9,7 +9,7 @@ import uuid
 
 import httpx
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.base import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED, MANAGED_BY

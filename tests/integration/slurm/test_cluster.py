@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from executor_svc.slurm import BatchJob, SlurmClient
 from tests.integration.backends.slurm import ClusterInfo

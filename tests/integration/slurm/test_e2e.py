@@ -13,8 +13,8 @@ import re
 import time
 
 import pytest
-from starforge.job.v1 import job_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.config import InventoryConfig
 from executor_svc.slurm.images import NO_CONTAINER

@@ -17,9 +17,9 @@ import uuid
 
 import httpx
 import pytest
-from starforge.executor.v1 import executor_service_pb2 as ex_pb
-from starforge.job.v1 import job_spec_pb2 as spec_pb
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from executor_svc.base import LABEL_EXECUTOR

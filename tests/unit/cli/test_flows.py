@@ -9,12 +9,12 @@ import uuid
 from typing import Any
 
 import pytest
-from starforge.catalog.v1 import catalog_service_pb2 as cat
-from starforge.catalog.v1 import recipe_pb2
-from starforge.control.v1 import blob_service_pb2 as bs
-from starforge.control.v1 import control_service_pb2 as cs
-from starforge.control.v1 import fleet_service_pb2 as fs
-from starforge.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
+from starforge_api.catalog.v1 import catalog_service_pb2 as cat
+from starforge_api.catalog.v1 import recipe_pb2
+from starforge_api.control.v1 import blob_service_pb2 as bs
+from starforge_api.control.v1 import control_service_pb2 as cs
+from starforge_api.control.v1 import fleet_service_pb2 as fs
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
 from typer.testing import CliRunner
 
 from cli.context import AppState

@@ -6,8 +6,8 @@ from typing import Any, cast
 
 import grpc
 import pytest
-from starforge.control.v1 import control_service_pb2 as cs
-from starforge.job.v1 import job_pb2, job_state_pb2, telemetry_pb2
+from starforge_api.control.v1 import control_service_pb2 as cs
+from starforge_api.job.v1 import job_pb2, job_state_pb2, telemetry_pb2
 
 from cli import follow
 from cli.client import Client

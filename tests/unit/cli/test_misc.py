@@ -7,8 +7,8 @@ import os
 import pathlib
 
 import yaml
-from starforge.catalog.v1 import recipe_pb2
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.catalog.v1 import recipe_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from cli import templates
 from cli.commands import console

@@ -7,7 +7,7 @@ import pathlib
 import re
 
 import pytest
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from cli import spec as specmod
 from cli.errors import EXIT_USAGE, CliError

@@ -7,7 +7,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from starforge.control.v1 import blob_service_pb2 as bs
+from starforge_api.control.v1 import blob_service_pb2 as bs
 
 from cli import upload
 from cli.output import Output

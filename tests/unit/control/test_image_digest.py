@@ -3,7 +3,7 @@ replaces an `unresolved:` note (pure: a Job row never added to a session)."""
 
 from __future__ import annotations
 
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from control.db import models as m
 from control.scheduler.dispatch import note_image_digest

@@ -8,7 +8,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from starforge.job.v1 import job_pb2, job_spec_pb2
+from starforge_api.job.v1 import job_pb2, job_spec_pb2
 
 from common import errors
 from common.config import ConfigError

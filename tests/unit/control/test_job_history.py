@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from starforge.job.v1 import job_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.job_history import job_after
 

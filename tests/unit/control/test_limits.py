@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from starforge.control.v1 import error_reason_pb2 as er
-from starforge.job.v1 import telemetry_pb2
+from starforge_api.control.v1 import error_reason_pb2 as er
+from starforge_api.job.v1 import telemetry_pb2
 
 from common import errors
 from control import rate_limit

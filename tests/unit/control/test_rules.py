@@ -6,8 +6,8 @@ import itertools
 import pathlib
 
 import pytest
-from starforge.job.v1 import job_spec_pb2
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, profiles
 from common.config import ConfigError, load_config

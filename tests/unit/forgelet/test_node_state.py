@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from starforge.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_pb2
 
 from common import errors
 from executor_svc.local.config import LocalConfig, SeriesConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from starforge.forgelet.v1 import node_pb2
+from starforge_api.forgelet.v1 import node_pb2
 
 from executor_svc.agent import placement
 from executor_svc.agent.state import Placement, PlacementBook

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
-from starforge.job.v1 import job_spec_pb2 as spec_pb
-from starforge.job.v1 import workspace_pb2 as ws_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.job.v1 import job_spec_pb2 as spec_pb
+from starforge_api.job.v1 import workspace_pb2 as ws_pb
 
 from common import ids
 from executor_svc.kuberay.config import KubeRayConfig, SeriesConfig, TolerationConfig

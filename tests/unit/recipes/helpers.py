@@ -8,7 +8,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from capsule.runner.adapters import AdapterContext, CommandSpec, get_adapter
 from capsule.runner.capsule_file import RunSpec

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 import yaml
-from starforge.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2
 
 from capsule.runner.adapters import REGISTRY, nemo_rl, trl, verl
 from cli.templates import recipe_config

@@ -8,7 +8,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from starforge.job.v1 import job_state_pb2 as st
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.config import ConfigError, build_dataclass
 from executor_svc.slurm.config import SlurmConfig

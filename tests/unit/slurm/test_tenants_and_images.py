@@ -9,7 +9,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from starforge.executor.v1 import launch_request_pb2 as lr_pb
+from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from common import errors
 from common.config import ConfigError, build_dataclass
