@@ -1,4 +1,4 @@
-"""Writes (or checks) deploy/envoy.yaml and deploy/envoy-tls.yaml, the envoy image's configs.
+"""Writes (or checks) deploy/envoy.yaml, deploy/envoy-tls.yaml (and its copy for deploy/kubernetes).
 
 They are `control.envoy.render` (the same config the embedded console runs) with the control
 plane's service DNS names instead of loopback addresses (render makes those clusters STRICT_DNS).
@@ -23,6 +23,8 @@ from control.envoy import render
 
 PATH = pathlib.Path(__file__).resolve().parent / "envoy.yaml"
 TLS_PATH = PATH.with_name("envoy-tls.yaml")
+# The Kubernetes manifests' copy of the TLS variant (kustomize reads files only under its own root).
+KUBE_PATH = PATH.parent / "kubernetes" / "base" / "envoy" / "envoy.yaml"
 # Where the TLS variant finds the control plane's certificate, key and CA (a mounted secret).
 TLS = TlsConfig(
     cert_file="/etc/starforge/tls/tls.crt", key_file="/etc/starforge/tls/tls.key", ca_file="/etc/starforge/tls/ca.crt"
@@ -60,12 +62,12 @@ def text(tls: TlsConfig | None = None) -> str:
 
 def files() -> dict[pathlib.Path, str]:
     """Each generated file and what it must hold."""
-    return {PATH: text(), TLS_PATH: text(TLS)}
+    return {PATH: text(), TLS_PATH: text(TLS), KUBE_PATH: text(TLS)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail when deploy/envoy.yaml is stale")
+    parser.add_argument("--check", action="store_true", help="fail when a generated file is stale")
     args = parser.parse_args(argv)
     if args.check:
         stale = [p for p, want in files().items() if not p.exists() or p.read_text() != want]
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p} is stale: run `python -m deploy.envoy_config`", file=sys.stderr)
         return 1 if stale else 0
     for p, want in files().items():
+        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(want)
     return 0
 
