@@ -270,15 +270,35 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
                     src = e.get("valueFrom") or {}
                     if "configMapKeyRef" in src:
                         r = src["configMapKeyRef"]
-                        ref(f"{cw}: env {e.get('name')}", "ConfigMap", r.get("name"), r.get("key"), bool(r.get("optional")))
+                        ref(
+                            f"{cw}: env {e.get('name')}",
+                            "ConfigMap",
+                            r.get("name"),
+                            r.get("key"),
+                            bool(r.get("optional")),
+                        )
                     if "secretKeyRef" in src:
                         r = src["secretKeyRef"]
-                        ref(f"{cw}: env {e.get('name')}", "Secret", r.get("name"), r.get("key"), bool(r.get("optional")))
+                        ref(
+                            f"{cw}: env {e.get('name')}", "Secret", r.get("name"), r.get("key"), bool(r.get("optional"))
+                        )
                 for e in c.get("envFrom") or []:
                     if "configMapRef" in e:
-                        ref(f"{cw}: envFrom", "ConfigMap", e["configMapRef"].get("name"), None, bool(e["configMapRef"].get("optional")))
+                        ref(
+                            f"{cw}: envFrom",
+                            "ConfigMap",
+                            e["configMapRef"].get("name"),
+                            None,
+                            bool(e["configMapRef"].get("optional")),
+                        )
                     if "secretRef" in e:
-                        ref(f"{cw}: envFrom", "Secret", e["secretRef"].get("name"), None, bool(e["secretRef"].get("optional")))
+                        ref(
+                            f"{cw}: envFrom",
+                            "Secret",
+                            e["secretRef"].get("name"),
+                            None,
+                            bool(e["secretRef"].get("optional")),
+                        )
                 for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
                     probe = c.get(probe_name) or {}
                     for handler in ("httpGet", "tcpSocket", "grpc"):
@@ -286,7 +306,9 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
                             continue
                         port = probe[handler].get("port")
                         if isinstance(port, str) and port not in port_names:
-                            errs.append(f"{cw}: {probe_name}.{handler}.port {port!r} is not a named port of the container")
+                            errs.append(
+                                f"{cw}: {probe_name}.{handler}.port {port!r} is not a named port of the container"
+                            )
                         if isinstance(port, int) and port not in port_numbers:
                             errs.append(f"{cw}: {probe_name}.{handler}.port {port} is not a port of the container")
     for o in objs:

@@ -80,7 +80,15 @@ def test_parse_request() -> None:
 
 # -- what the code calls -------------------------------------------------------------------
 
-CLIENT_VERBS = {"create": "create", "read": "get", "get": "get", "list": "list", "replace": "update", "patch": "patch", "delete": "delete"}
+CLIENT_VERBS = {
+    "create": "create",
+    "read": "get",
+    "get": "get",
+    "list": "list",
+    "replace": "update",
+    "patch": "patch",
+    "delete": "delete",
+}
 
 
 def calls_in_code() -> set[Access]:

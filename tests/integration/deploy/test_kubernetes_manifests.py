@@ -22,7 +22,6 @@ from executor_svc.kuberay import builder
 from executor_svc.kuberay.config import KubeRayConfig
 from forgelet import config as forgelet_config
 from tests.integration.backends.kube import Kube
-from tests.unit.kuberay.requests import config as kuberay_config
 from tests.unit.kuberay.requests import request
 
 from .kube_schema import check_builtin, cross_references, dry_run_custom, model_for, render
@@ -241,41 +240,49 @@ def test_the_reference_check_finds_dangling_references() -> None:
     by(broken, "RoleBinding", "starforge-executor-kuberay")["roleRef"]["name"] = "admin-ish"
     by(broken, "Service", "starforge-envoy")["spec"]["ports"][0]["targetPort"] = "http"
     errors = cross_references(broken, EXTERNAL_SECRETS)
-    assert sorted(errors) == sorted([
-        "Deployment/starforge-control: serviceAccountName 'nobody' is not in the render",
-        "Deployment/starforge-control: volume config: ConfigMap 'starforge-control' is not in the render",
-        "Deployment/starforge-control: volume blobs: PersistentVolumeClaim 'gone' is not in the render",
-        "Deployment/starforge-control: container control: env STARFORGE_DATABASE_URL: Secret 'starforge-secrets' has no key 'database-password'",
-        "Deployment/starforge-control: container control: readinessProbe.httpGet.port 'healthz' is not a named port of the container",
-        "RoleBinding/starforge-executor-kuberay: roleRef Role 'admin-ish' is not in the render",
-        "Service/starforge-executor-agent: selector {'app.kubernetes.io/name': 'agent'} selects no pod template",
-        "Service/starforge-envoy: targetPort 'http' is not a named port of Deployment/starforge-envoy",
-    ])
+    assert sorted(errors) == sorted(
+        [
+            "Deployment/starforge-control: serviceAccountName 'nobody' is not in the render",
+            "Deployment/starforge-control: volume config: ConfigMap 'starforge-control' is not in the render",
+            "Deployment/starforge-control: volume blobs: PersistentVolumeClaim 'gone' is not in the render",
+            "Deployment/starforge-control: container control: env STARFORGE_DATABASE_URL: Secret 'starforge-secrets' has no key 'database-password'",
+            "Deployment/starforge-control: container control: readinessProbe.httpGet.port 'healthz' is not a named port of the container",
+            "RoleBinding/starforge-executor-kuberay: roleRef Role 'admin-ish' is not in the render",
+            "Service/starforge-executor-agent: selector {'app.kubernetes.io/name': 'agent'} selects no pod template",
+            "Service/starforge-envoy: targetPort 'http' is not a named port of Deployment/starforge-envoy",
+        ]
+    )
 
 
 # -- custom resources: the API server's own schema ------------------------------------------
 
 
 @pytest.mark.kube
-def test_custom_resources_are_checked_by_the_api_server(kube: Kube) -> None:
-    """The RayJob the kuberay executor builds from the render's config passes a strict dry-run;
-    an unknown field and a wrong type are refused by the server."""
-    cfg = kuberay_config(namespace="starforge", out_volume_claim="starforge-out", service_account="starforge-job")
+def test_custom_resources_are_checked_by_the_api_server(kube: Kube, tmp_path: pathlib.Path) -> None:
+    """The RayJob the deployed kuberay executor builds (from the render's config file) passes a
+    strict server-side dry-run; an unknown field and a wrong type are refused by the server."""
+    objs = render(str(KUBE / "base"))
+    path = config_file(objs, "starforge-executor-kuberay", "executor.yaml", tmp_path)
+    cfg = load_service_config("kuberay", KubeRayConfig, path, {}).kuberay
     rayjob = builder.build(request(), cfg).manifest
-    assert dry_run_custom(kube.api, rayjob, "starforge") == []
-    assert kube.custom.list_namespaced_custom_object("ray.io", "v1", "starforge", "rayjobs")["items"] == []
+    assert (
+        rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"] == "starforge-job"
+    )
+    assert dry_run_custom(kube.api, rayjob, cfg.namespace) == []
+    listed = kube.custom.list_namespaced_custom_object("ray.io", "v1", cfg.namespace, "rayjobs")
+    assert isinstance(listed, dict) and listed["items"] == []  # a dry-run stores nothing
 
     unknown = copy.deepcopy(rayjob)
     unknown["spec"]["submisionMode"] = "K8sJobMode"
-    (error,) = dry_run_custom(kube.api, unknown, "starforge")
+    (error,) = dry_run_custom(kube.api, unknown, cfg.namespace)
     assert "(400)" in error and 'unknown field \\"spec.submisionMode\\"' in error
 
     wrong_type = copy.deepcopy(rayjob)
     wrong_type["spec"]["backoffLimit"] = "zero"
-    (error,) = dry_run_custom(kube.api, wrong_type, "starforge")
+    (error,) = dry_run_custom(kube.api, wrong_type, cfg.namespace)
     assert "(422)" in error and "spec.backoffLimit" in error
 
-    assert dry_run_custom(kube.api, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}, "x") == [
-        "Widget/w: no CustomResourceDefinition serves example.com/v1 Widget"
-    ]
+    assert dry_run_custom(
+        kube.api, {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}, "x"
+    ) == ["Widget/w: no CustomResourceDefinition serves example.com/v1 Widget"]
     assert yaml.safe_dump(rayjob)  # the manifest is plain data
