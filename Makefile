@@ -13,7 +13,7 @@ NODE_CLIENT := examples/node-client
 NODE_CLIENT_DEPS := $(NODE_CLIENT)/node_modules/.ci-installed
 APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chromium chromium-driver \
 	golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
-	golang-github-golang-protobuf-1-5-dev
+	golang-github-golang-protobuf-1-5-dev kubectl
 
 .PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule sdk-wheel unit integration bench bench-ab soak clean web examples
 

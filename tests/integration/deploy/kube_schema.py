@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -52,7 +53,10 @@ WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
 
 def render(kustomization: str) -> list[dict[str, Any]]:
     """`kubectl kustomize <dir>` (offline) as a list of objects."""
-    proc = subprocess.run(["kubectl", "kustomize", kustomization], capture_output=True, text=True, check=False)
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise AssertionError("kubectl is not on PATH: `make system-deps` installs it (kubectl kustomize renders)")
+    proc = subprocess.run([kubectl, "kustomize", kustomization], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise AssertionError(f"kubectl kustomize {kustomization} failed: {proc.stderr.strip()}")
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
