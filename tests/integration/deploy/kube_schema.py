@@ -333,6 +333,21 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
             selects(spec.get("selector") or {}, labels) for _, _, labels in pods
         ):
             errs.append(f"{where}: selector selects no pod template")
+        if o.get("kind") == "NetworkPolicy":
+            targets = [(w, s) for w, s, labels in pods if selects(spec.get("podSelector") or {}, labels)]
+            if not targets:
+                errs.append(f"{where}: podSelector selects no pod template")
+            for rule in spec.get("ingress") or []:
+                for peer in rule.get("from") or []:
+                    chosen = peer.get("podSelector")
+                    if chosen and "namespaceSelector" not in peer and not any(selects(chosen, lb) for _, _, lb in pods):
+                        errs.append(f"{where}: ingress from podSelector {chosen} selects no pod template")
+                for port in rule.get("ports") or []:
+                    named = port.get("port")
+                    for w, s in targets:
+                        names = {q.get("name") for c in s.get("containers") or [] for q in c.get("ports") or []}
+                        if isinstance(named, str) and named not in names:
+                            errs.append(f"{where}: port {named!r} is not a named port of {w}")
         if o.get("kind") == "RoleBinding":
             role = (o.get("roleRef") or {}).get("name")
             if (o.get("roleRef") or {}).get("kind") == "Role" and role not in by_kind.get("Role", {}):

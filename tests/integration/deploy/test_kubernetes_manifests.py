@@ -91,6 +91,7 @@ def test_every_object_matches_the_api_schema(rendered: list[dict[str, Any]]) -> 
         "Role",
         "RoleBinding",
         "PodDisruptionBudget",
+        "NetworkPolicy",
     }
 
 
@@ -239,6 +240,9 @@ def test_the_reference_check_finds_dangling_references() -> None:
     by(broken, "Service", "starforge-executor-agent")["spec"]["selector"] = {"app.kubernetes.io/name": "agent"}
     by(broken, "RoleBinding", "starforge-executor-kuberay")["roleRef"]["name"] = "admin-ish"
     by(broken, "Service", "starforge-envoy")["spec"]["ports"][0]["targetPort"] = "http"
+    policy = by(broken, "NetworkPolicy", "starforge-executor-kuberay")["spec"]
+    policy["ingress"][0]["from"][0]["podSelector"] = {"matchLabels": {"app.kubernetes.io/name": "control"}}
+    policy["ingress"][0]["ports"][0]["port"] = "grcp"
     errors = cross_references(broken, EXTERNAL_SECRETS)
     assert sorted(errors) == sorted(
         [
@@ -250,6 +254,10 @@ def test_the_reference_check_finds_dangling_references() -> None:
             "RoleBinding/starforge-executor-kuberay: roleRef Role 'admin-ish' is not in the render",
             "Service/starforge-executor-agent: selector {'app.kubernetes.io/name': 'agent'} selects no pod template",
             "Service/starforge-envoy: targetPort 'http' is not a named port of Deployment/starforge-envoy",
+            "NetworkPolicy/starforge-executor-kuberay: ingress from podSelector "
+            "{'matchLabels': {'app.kubernetes.io/name': 'control'}} selects no pod template",
+            "NetworkPolicy/starforge-executor-kuberay: port 'grcp' is not a named port of "
+            "Deployment/starforge-executor-kuberay",
         ]
     )
 
