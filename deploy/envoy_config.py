@@ -24,7 +24,7 @@ from control.envoy import render
 PATH = pathlib.Path(__file__).resolve().parent / "envoy.yaml"
 TLS_PATH = PATH.with_name("envoy-tls.yaml")
 # The Kubernetes manifests' copy of the TLS variant (kustomize reads files only under its own root).
-KUBE_PATH = PATH.parent / "kubernetes" / "base" / "envoy" / "envoy.yaml"
+KUBE_PATH = PATH.parent / "kubernetes" / "base" / "starforge" / "envoy" / "envoy.yaml"
 # Where the TLS variant finds the control plane's certificate, key and CA (a mounted secret).
 TLS = TlsConfig(
     cert_file="/etc/starforge/tls/tls.crt", key_file="/etc/starforge/tls/tls.key", ca_file="/etc/starforge/tls/ca.crt"

@@ -78,6 +78,10 @@ def model_for(api_version: str, kind: str) -> type[Any] | None:
     return model
 
 
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")
+
+
 def name_of(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
 
@@ -215,38 +219,44 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
     """Errors for references that point at nothing. `external_secrets`: Secrets the install
     expects to exist (never rendered), by name, with their keys."""
     objs = list(objs)
-    by_kind: dict[str, dict[str, Mapping[str, Any]]] = {}
+    index: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for o in objs:
-        by_kind.setdefault(str(o.get("kind")), {})[str((o.get("metadata") or {}).get("name"))] = o
+        index[(str(o.get("kind")), namespace_of(o), str((o.get("metadata") or {}).get("name")))] = o
     errs: list[str] = []
 
-    def config_keys(name: str) -> set[str] | None:
-        cm = by_kind.get("ConfigMap", {}).get(name)
+    def find(kind: str, namespace: str, name: object) -> Mapping[str, Any] | None:
+        return index.get((kind, namespace, str(name)))
+
+    def config_keys(ns: str, name: str) -> set[str] | None:
+        cm = find("ConfigMap", ns, name)
         return None if cm is None else set(cm.get("data") or {}) | set(cm.get("binaryData") or {})
 
-    def secret_keys(name: str) -> set[str] | None:
+    def secret_keys(ns: str, name: str) -> set[str] | None:
         if name in external_secrets:
             return set(external_secrets[name])
-        s = by_kind.get("Secret", {}).get(name)
+        s = find("Secret", ns, name)
         return None if s is None else set(s.get("data") or {}) | set(s.get("stringData") or {})
 
     def ref(where: str, kind: str, name: str | None, key: str | None = None, optional: bool = False) -> None:
-        keys = config_keys(str(name)) if kind == "ConfigMap" else secret_keys(str(name))
+        ns = where_ns[0]
+        keys = config_keys(ns, str(name)) if kind == "ConfigMap" else secret_keys(ns, str(name))
         if keys is None:
             if not optional:
                 errs.append(f"{where}: {kind} {name!r} is not in the render")
         elif key is not None and key not in keys:
             errs.append(f"{where}: {kind} {name!r} has no key {key!r}")
 
-    pods: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    where_ns = [""]  # the namespace `ref` resolves in: the pod's
+    pods: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
     for o in objs:
         for spec, labels in pod_specs(o):
             where = name_of(o)
-            pods.append((where, spec, labels))
+            where_ns[0] = namespace_of(o)
+            pods.append((namespace_of(o), where, spec, labels))
             if o.get("kind") in WORKLOADS and not selects((o.get("spec") or {}).get("selector") or {}, labels):
                 errs.append(f"{where}: spec.selector does not select the pod template's labels")
             sa = spec.get("serviceAccountName")
-            if sa and sa not in by_kind.get("ServiceAccount", {}):
+            if sa and find("ServiceAccount", where_ns[0], sa) is None:
                 errs.append(f"{where}: serviceAccountName {sa!r} is not in the render")
             volumes = {v.get("name"): v for v in spec.get("volumes") or []}
             for vname, v in volumes.items():
@@ -261,7 +271,7 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
                         ref(vw, "Secret", sec.get("secretName"), item.get("key"), bool(sec.get("optional")))
                 if "persistentVolumeClaim" in v:
                     claim = v["persistentVolumeClaim"].get("claimName")
-                    if claim not in by_kind.get("PersistentVolumeClaim", {}):
+                    if find("PersistentVolumeClaim", where_ns[0], claim) is None:
                         errs.append(f"{vw}: PersistentVolumeClaim {claim!r} is not in the render")
             for c in _containers(spec):
                 cw = f"{where}: container {c.get('name')}"
@@ -318,8 +328,10 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
     for o in objs:
         where = name_of(o)
         spec = o.get("spec") or {}
+        ns = namespace_of(o)
+        here = [(w, s, labels) for pod_ns, w, s, labels in pods if pod_ns == ns]
         if o.get("kind") == "Service" and spec.get("selector"):
-            chosen = [(w, s) for w, s, labels in pods if selects({"matchLabels": spec["selector"]}, labels)]
+            chosen = [(w, s) for w, s, labels in here if selects({"matchLabels": spec["selector"]}, labels)]
             if not chosen:
                 errs.append(f"{where}: selector {spec['selector']} selects no pod template")
             for p in spec.get("ports") or []:
@@ -330,17 +342,17 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
                         if target not in names:
                             errs.append(f"{where}: targetPort {target!r} is not a named port of {w}")
         if o.get("kind") == "PodDisruptionBudget" and not any(
-            selects(spec.get("selector") or {}, labels) for _, _, labels in pods
+            selects(spec.get("selector") or {}, labels) for _, _, labels in here
         ):
             errs.append(f"{where}: selector selects no pod template")
         if o.get("kind") == "NetworkPolicy":
-            targets = [(w, s) for w, s, labels in pods if selects(spec.get("podSelector") or {}, labels)]
+            targets = [(w, s) for w, s, labels in here if selects(spec.get("podSelector") or {}, labels)]
             if not targets:
                 errs.append(f"{where}: podSelector selects no pod template")
             for rule in spec.get("ingress") or []:
                 for peer in rule.get("from") or []:
                     chosen = peer.get("podSelector")
-                    if chosen and "namespaceSelector" not in peer and not any(selects(chosen, lb) for _, _, lb in pods):
+                    if chosen and "namespaceSelector" not in peer and not any(selects(chosen, lb) for _, _, lb in here):
                         errs.append(f"{where}: ingress from podSelector {chosen} selects no pod template")
                 for port in rule.get("ports") or []:
                     named = port.get("port")
@@ -350,13 +362,10 @@ def cross_references(objs: Iterable[Mapping[str, Any]], external_secrets: Mappin
                             errs.append(f"{where}: port {named!r} is not a named port of {w}")
         if o.get("kind") == "RoleBinding":
             role = (o.get("roleRef") or {}).get("name")
-            if (o.get("roleRef") or {}).get("kind") == "Role" and role not in by_kind.get("Role", {}):
+            if (o.get("roleRef") or {}).get("kind") == "Role" and find("Role", ns, role) is None:
                 errs.append(f"{where}: roleRef Role {role!r} is not in the render")
             for s in o.get("subjects") or []:
-                if s.get("kind") == "ServiceAccount" and s.get("name") not in by_kind.get("ServiceAccount", {}):
-                    errs.append(f"{where}: subject ServiceAccount {s.get('name')!r} is not in the render")
-                if s.get("kind") == "ServiceAccount" and s.get("namespace") != (o.get("metadata") or {}).get(
-                    "namespace"
-                ):
-                    errs.append(f"{where}: subject ServiceAccount {s.get('name')!r} is in another namespace")
+                sa_ns = str(s.get("namespace") or ns)
+                if s.get("kind") == "ServiceAccount" and find("ServiceAccount", sa_ns, s.get("name")) is None:
+                    errs.append(f"{where}: subject ServiceAccount {sa_ns}/{s.get('name')} is not in the render")
     return errs

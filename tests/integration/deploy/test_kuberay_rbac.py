@@ -148,8 +148,15 @@ def role_grants() -> set[Access]:
     objs = render(str(ROOT / "deploy" / "kubernetes" / "base"))
     (role,) = [o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == "starforge-executor-kuberay"]
     (binding,) = [o for o in objs if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == role["metadata"]["name"]]
+    (executor,) = [
+        o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "starforge-executor-kuberay"
+    ]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "starforge-executor-kuberay", "namespace": role["metadata"]["namespace"]}
+        {
+            "kind": "ServiceAccount",
+            "name": executor["spec"]["template"]["spec"]["serviceAccountName"],
+            "namespace": executor["metadata"]["namespace"],
+        }
     ]
     assert not [o for o in objs if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     grants: set[Access] = set()

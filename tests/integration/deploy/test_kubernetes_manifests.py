@@ -99,9 +99,26 @@ def test_every_reference_resolves(rendered: list[dict[str, Any]]) -> None:
     assert cross_references(rendered, EXTERNAL_SECRETS) == []
 
 
-def test_one_namespace_and_no_secret_values(rendered: list[dict[str, Any]]) -> None:
-    namespaces = {o["metadata"].get("namespace") for o in rendered}
-    assert len(namespaces) == 1 and None not in namespaces, namespaces
+def test_two_namespaces_and_no_secret_values(rendered: list[dict[str, Any]]) -> None:
+    """StarForge's namespace and the jobs': the kuberay executor's Role, the jobs' service account
+    and their out volume are all the jobs' namespace holds, so the Role's Secret verbs reach no
+    Secret of StarForge's."""
+    declared = {o["metadata"]["name"] for o in rendered if o["kind"] == "Namespace"}
+    used = {o["metadata"].get("namespace") for o in rendered if o["kind"] != "Namespace"}
+    assert used == declared and len(declared) == 2, (used, declared)
+    role = by(rendered, "Role", "starforge-executor-kuberay")
+    jobs = role["metadata"]["namespace"]
+    in_jobs = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in rendered if o["metadata"].get("namespace") == jobs)
+    assert in_jobs == [
+        "PersistentVolumeClaim/starforge-out",
+        "Role/starforge-executor-kuberay",
+        "RoleBinding/starforge-executor-kuberay",
+        "ServiceAccount/starforge-job",
+    ]
+    executor = by(rendered, "Deployment", "starforge-executor-kuberay")
+    assert executor["metadata"]["namespace"] != jobs
+    (subject,) = by(rendered, "RoleBinding", "starforge-executor-kuberay")["subjects"]
+    assert subject["namespace"] == executor["metadata"]["namespace"]
     assert [o["metadata"]["name"] for o in rendered if o["kind"] == "Secret"] == []
 
 
@@ -158,8 +175,10 @@ def test_config_files_load_with_the_components_own_loaders(
     ).kuberay
     # RayJobs go where the Role lets the executor create them, with objects of the render.
     assert kuberay.namespace == by(rendered, "Role", "starforge-executor-kuberay")["metadata"]["namespace"]
-    assert by(rendered, "ServiceAccount", kuberay.service_account)
-    assert by(rendered, "PersistentVolumeClaim", kuberay.out_volume_claim)["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert by(rendered, "ServiceAccount", kuberay.service_account)["metadata"]["namespace"] == kuberay.namespace
+    out = by(rendered, "PersistentVolumeClaim", kuberay.out_volume_claim)
+    assert out["metadata"]["namespace"] == kuberay.namespace
+    assert out["spec"]["accessModes"] == ["ReadWriteMany"]
     assert kuberay.use_secret_for_token
 
     agent = load_service_config(
@@ -177,7 +196,9 @@ def test_config_files_load_with_the_components_own_loaders(
 
 
 def test_envoy_config_is_the_generated_tls_variant() -> None:
-    assert (KUBE / "base" / "envoy" / "envoy.yaml").read_text() == (ROOT / "deploy" / "envoy-tls.yaml").read_text()
+    assert (KUBE / "base" / "starforge" / "envoy" / "envoy.yaml").read_text() == (
+        ROOT / "deploy" / "envoy-tls.yaml"
+    ).read_text()
 
 
 # -- the checker fails on broken objects ----------------------------------------------------
@@ -240,6 +261,7 @@ def test_the_reference_check_finds_dangling_references() -> None:
     by(broken, "Service", "starforge-executor-agent")["spec"]["selector"] = {"app.kubernetes.io/name": "agent"}
     by(broken, "RoleBinding", "starforge-executor-kuberay")["roleRef"]["name"] = "admin-ish"
     by(broken, "Service", "starforge-envoy")["spec"]["ports"][0]["targetPort"] = "http"
+    by(broken, "RoleBinding", "starforge-executor-kuberay")["subjects"][0]["namespace"] = "starforge-jobs"
     policy = by(broken, "NetworkPolicy", "starforge-executor-kuberay")["spec"]
     policy["ingress"][0]["from"][0]["podSelector"] = {"matchLabels": {"app.kubernetes.io/name": "control"}}
     policy["ingress"][0]["ports"][0]["port"] = "grcp"
@@ -252,6 +274,8 @@ def test_the_reference_check_finds_dangling_references() -> None:
             "Deployment/starforge-control: container control: env STARFORGE_DATABASE_URL: Secret 'starforge-secrets' has no key 'database-password'",
             "Deployment/starforge-control: container control: readinessProbe.httpGet.port 'healthz' is not a named port of the container",
             "RoleBinding/starforge-executor-kuberay: roleRef Role 'admin-ish' is not in the render",
+            "RoleBinding/starforge-executor-kuberay: subject ServiceAccount "
+            "starforge-jobs/starforge-executor-kuberay is not in the render",
             "Service/starforge-executor-agent: selector {'app.kubernetes.io/name': 'agent'} selects no pod template",
             "Service/starforge-envoy: targetPort 'http' is not a named port of Deployment/starforge-envoy",
             "NetworkPolicy/starforge-executor-kuberay: ingress from podSelector "
