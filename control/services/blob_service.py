@@ -17,8 +17,13 @@ from control.blob_access import BlobAccess
 from control.blobstore import BlobStore, BlobWriter
 
 MAX_FIND = 100_000
-# Whole small blobs of one UploadBlobs stream written at once (their fsyncs overlap).
-MAX_PARALLEL_WRITES = 16
+# Whole blobs of one UploadBlobs stream are stored in batches behind one durability barrier
+# (BlobStore.put_many): a batch closes at this many bytes or blobs, and this many batches are
+# written at once while the stream goes on. One fsync per small blob made a 10,000-file lab
+# latency-bound (bench/packaging.py).
+BATCH_BYTES = 8 << 20
+BATCH_BLOBS = 2048
+MAX_BATCHES_IN_FLIGHT = 3
 
 
 class BlobServicer(pb_grpc.BlobServiceServicer):
@@ -46,86 +51,20 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
         self, request_iterator: AsyncIterator[pb.UploadBlobsRequest], context: Any
     ) -> pb.UploadBlobsResponse:
         principal = auth.current()
-        written = present = 0
-        nbytes = 0
-        uploaded: set[str] = set()
-        writer: BlobWriter | None = None
-        pending: set[asyncio.Future[tuple[bool, int]]] = set()
-        in_flight: set[str] = set()
-
-        def settle(done: set[asyncio.Future[tuple[bool, int]]]) -> None:
-            nonlocal written, present, nbytes
-            for task in done:
-                new, size = task.result()  # a blob's error is the stream's error
-                if new:
-                    written += 1
-                    nbytes += size
-                else:
-                    present += 1
-
-        async def wait(until: int) -> None:
-            nonlocal pending
-            while len(pending) > until:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                settle(done)
-            if not pending:
-                in_flight.clear()
-
+        upload = _Upload(self.store)
         try:
-            async for chunk in request_iterator:
-                if writer is None and chunk.finish and chunk.size == len(chunk.data):
-                    # A whole blob in one message (every small file of a lab): written, verified and
-                    # published in one worker-thread call, several at once so that their fsyncs
-                    # overlap. One blob at a time with two thread hops each made a 10,000-file lab
-                    # latency-bound (bench/packaging.py).
-                    if chunk.digest in in_flight:
-                        await wait(0)
-                    await wait(MAX_PARALLEL_WRITES - 1)
-                    in_flight.add(chunk.digest)
-                    uploaded.add(chunk.digest)
-                    pending.add(
-                        asyncio.ensure_future(asyncio.to_thread(self._put, chunk.digest, chunk.size, chunk.data))
-                    )
-                    continue
-                if writer is None or writer.digest != chunk.digest:
-                    if writer is not None:
-                        raise errors.InvalidArgument(
-                            f"blob {writer.digest[:12]} ended without finish=true before {chunk.digest[:12]}"
-                        )
-                    writer = self.store.writer(chunk.digest, chunk.size)
-                if chunk.data:
-                    await asyncio.to_thread(writer.write, chunk.data)
-                if chunk.finish:
-                    uploaded.add(writer.digest)
-                    if await asyncio.to_thread(writer.finish):
-                        written += 1
-                        nbytes += writer.size
-                    else:
-                        present += 1
-                    writer = None
-            if writer is not None:
-                raise errors.InvalidArgument(f"blob {writer.digest[:12]}: stream ended before finish=true")
-            await wait(0)
-            await self.access.record_uploads(principal, uploaded)
+            async for message in request_iterator:
+                await upload.take(message)
+            await upload.end()
+            await self.access.record_uploads(principal, upload.uploaded)
         finally:
-            if writer is not None:
-                writer.abort()
-            if pending:  # the stream failed: let the writes in flight end (they clean up after themselves)
-                await asyncio.gather(*pending, return_exceptions=True)
-        metrics.BLOB_BYTES.inc(nbytes)
-        metrics.BLOBS.labels("true").inc(written)
-        metrics.BLOBS.labels("false").inc(present)
-        return pb.UploadBlobsResponse(blobs_written=written, bytes_written=nbytes, blobs_already_present=present)
-
-    def _put(self, digest: str, size: int, data: bytes) -> tuple[bool, int]:
-        """Write, verify and publish a whole blob; (newly written, size)."""
-        writer = self.store.writer(digest, size)
-        try:
-            writer.write(data)
-            return writer.finish(), writer.size
-        except BaseException:
-            writer.abort()
-            raise
+            await upload.abort()
+        metrics.BLOB_BYTES.inc(upload.nbytes)
+        metrics.BLOBS.labels("true").inc(upload.written)
+        metrics.BLOBS.labels("false").inc(upload.present)
+        return pb.UploadBlobsResponse(
+            blobs_written=upload.written, bytes_written=upload.nbytes, blobs_already_present=upload.present
+        )
 
     async def ReadBlob(self, request: pb.ReadBlobRequest, context: Any) -> AsyncIterator[pb.ReadBlobResponse]:
         principal = auth.current()
@@ -147,3 +86,99 @@ class BlobServicer(pb_grpc.BlobServiceServicer):
             if chunk is None:
                 return
             yield pb.ReadBlobResponse(data=chunk)
+
+
+class _Upload:
+    """One UploadBlobs stream: whole blobs gathered into batches, large blobs written chunk by chunk."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+        self.written = self.present = self.nbytes = 0
+        self.uploaded: set[str] = set()
+        self._writer: BlobWriter | None = None
+        self._batch: list[tuple[str, bytes]] = []
+        self._batch_bytes = 0
+        self._pending: set[asyncio.Future[list[tuple[bool, int]]]] = set()
+
+    async def take(self, message: pb.UploadBlobsRequest) -> None:
+        if message.blobs:
+            if message.digest or message.data or message.size or message.finish:
+                raise errors.InvalidArgument(
+                    "an UploadBlobs message carries either one chunk (digest, size, data, finish) or "
+                    "whole blobs, not both",
+                    field_violations=(errors.FieldViolation("blobs", "set without digest, size, data or finish"),),
+                )
+            for blob in message.blobs:
+                await self._add(blob.digest, blob.data)
+            return
+        if self._writer is None and message.finish and message.size == len(message.data):
+            await self._add(message.digest, message.data)  # a whole blob in one chunk (older clients)
+            return
+        await self._chunk(message)
+
+    async def _add(self, digest: str, data: bytes) -> None:
+        if not is_digest(digest):
+            raise errors.InvalidArgument(
+                f"not a sha256 digest: {digest[:80]!r}",
+                field_violations=(errors.FieldViolation("blobs.digest", "64 lowercase hex characters"),),
+            )
+        self._batch.append((digest, data))
+        self._batch_bytes += len(data)
+        if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_BLOBS:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if not self._batch:
+            return
+        await self._wait(MAX_BATCHES_IN_FLIGHT - 1)
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        self.uploaded.update(d for d, _ in batch)
+        self._pending.add(asyncio.ensure_future(asyncio.to_thread(self._put_batch, batch)))
+
+    def _put_batch(self, batch: list[tuple[str, bytes]]) -> list[tuple[bool, int]]:
+        return [(new, len(data)) for new, (_, data) in zip(self.store.put_many(batch), batch, strict=True)]
+
+    async def _wait(self, until: int) -> None:
+        while len(self._pending) > until:
+            done, self._pending = await asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                for new, size in task.result():  # a batch's error is the stream's error
+                    self._count(new, size)
+
+    def _count(self, new: bool, size: int) -> None:
+        if new:
+            self.written += 1
+            self.nbytes += size
+        else:
+            self.present += 1
+
+    async def _chunk(self, message: pb.UploadBlobsRequest) -> None:
+        writer = self._writer
+        if writer is None or writer.digest != message.digest:
+            if writer is not None:
+                raise errors.InvalidArgument(
+                    f"blob {writer.digest[:12]} ended without finish=true before {message.digest[:12]}"
+                )
+            writer = self._writer = self.store.writer(message.digest, message.size)
+        if message.data:
+            await asyncio.to_thread(writer.write, message.data)
+        if message.finish:
+            self.uploaded.add(writer.digest)
+            self._count(await asyncio.to_thread(writer.finish), writer.size)
+            self._writer = None
+
+    async def end(self) -> None:
+        if self._writer is not None:
+            raise errors.InvalidArgument(f"blob {self._writer.digest[:12]}: stream ended before finish=true")
+        await self._flush()
+        await self._wait(0)
+
+    async def abort(self) -> None:
+        """After a failed stream: drop a partial blob, let the batches in flight end (they clean up
+        after themselves)."""
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+            self._pending.clear()

@@ -1,4 +1,5 @@
-"""Uploading: only missing blobs, 1 MiB chunks with size first and finish last, batches of lookups."""
+"""Uploading: only missing blobs, small files whole and several per message, 1 MiB chunks of large ones
+(size first, finish last), batches of lookups."""
 
 from __future__ import annotations
 
@@ -22,27 +23,49 @@ def _file(tmp_path: pathlib.Path, name: str, data: bytes) -> PackedFile:
     return PackedFile(name, path, hashlib.sha256(data).hexdigest(), len(data), False)
 
 
-def test_chunks_carry_size_first_and_finish_last(tmp_path: pathlib.Path) -> None:
+def test_small_files_travel_whole_and_large_ones_in_chunks(tmp_path: pathlib.Path) -> None:
     big = _file(tmp_path, "big", b"x" * (upload.CHUNK * 2 + 10))
     empty = _file(tmp_path, "empty", b"")
+    small = _file(tmp_path, "small", b"s" * 1000)
     exact = _file(tmp_path, "exact", b"y" * upload.CHUNK)
-    chunks = list(upload.blob_chunks([big, empty, exact]))
-    assert [(c.digest == big.sha256, c.size, len(c.data), c.finish) for c in chunks[:3]] == [
-        (True, big.size, upload.CHUNK, False),
-        (True, 0, upload.CHUNK, False),
-        (True, 0, 10, True),
+    chunks = list(upload.blob_chunks([empty, small, big, exact]))
+    assert [(b.digest, b.data) for b in chunks[0].blobs] == [
+        (empty.sha256, b""),
+        (small.sha256, small.real.read_bytes()),
     ]
-    assert (chunks[3].digest, chunks[3].size, chunks[3].data, chunks[3].finish) == (empty.sha256, 0, b"", True)
+    assert (chunks[0].digest, chunks[0].size, chunks[0].data, chunks[0].finish) == ("", 0, b"", False)
+    assert [(c.digest == big.sha256, c.size, len(c.data), c.finish, len(c.blobs)) for c in chunks[1:4]] == [
+        (True, big.size, upload.CHUNK, False, 0),
+        (True, 0, upload.CHUNK, False, 0),
+        (True, 0, 10, True, 0),
+    ]
     assert (chunks[4].size, len(chunks[4].data), chunks[4].finish) == (upload.CHUNK, upload.CHUNK, True)
     assert len(chunks) == 5
 
 
-def test_changed_file_stops_the_stream(tmp_path: pathlib.Path) -> None:
-    f = _file(tmp_path, "a", b"hello")
-    write(tmp_path / "a", "HELLO")
+def test_whole_blobs_are_packed_up_to_the_message_size(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upload, "MESSAGE_BYTES", 250)
+    files = [_file(tmp_path, f"f{i}", bytes([i]) * 100) for i in range(5)]
+    messages = list(upload.blob_chunks(files))
+    assert [len(m.blobs) for m in messages] == [2, 2, 1]
+    assert [b.digest for m in messages for b in m.blobs] == [f.sha256 for f in files]
+
+
+@pytest.mark.parametrize("size", [10, upload.CHUNK + 5])
+def test_a_file_whose_size_changed_stops_the_stream(tmp_path: pathlib.Path, size: int) -> None:
+    f = _file(tmp_path, "a", b"h" * size)
+    write(tmp_path / "a", "HELLO, longer now")
     problems: list[str] = []
-    assert list(upload.blob_chunks([f], problems=problems)) == []
+    assert [m for m in upload.blob_chunks([f], problems=problems) if m.finish or m.blobs] == []
     assert problems == ["a changed while it was being uploaded"]
+
+
+def test_a_digest_mismatch_from_the_console_names_the_file(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "data").mkdir()
+    f = _file(tmp_path, "data/a.bin", b"hello")
+    message = f"blob content does not match its digest: declared {f.sha256}, content hashes to {'0' * 64}"
+    assert upload._changed_file(message, [f]) == "data/a.bin"
+    assert upload._changed_file("permission denied", [f]) is None
 
 
 def _client(stored: set[str], batches: list[int], received: list[Any]) -> FakeClient:
@@ -52,9 +75,12 @@ def _client(stored: set[str], batches: list[int], received: list[Any]) -> FakeCl
 
     def up(requests: Any) -> bs.UploadBlobsResponse:
         for r in requests:
-            received.append(r)
             if r.finish:
+                received.append(r)
                 stored.add(r.digest)
+            for b in r.blobs:
+                received.append(b)
+                stored.add(b.digest)
         return bs.UploadBlobsResponse()
 
     return FakeClient({"FindMissingBlobs": find, "UploadBlobs": up})

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'starforge/control/v1/blob_service.proto\x12\x14starforge.control.v1\"3\n\x17\x46indMissingBlobsRequest\x12\x18\n\x07\x64igests\x18\x01 \x03(\tR\x07\x64igests\"C\n\x18\x46indMissingBlobsResponse\x12\'\n\x0fmissing_digests\x18\x01 \x03(\tR\x0emissingDigests\"l\n\x12UploadBlobsRequest\x12\x16\n\x06\x64igest\x18\x01 \x01(\tR\x06\x64igest\x12\x12\n\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n\x04\x64\x61ta\x18\x03 \x01(\x0cR\x04\x64\x61ta\x12\x16\n\x06\x66inish\x18\x04 \x01(\x08R\x06\x66inish\"\x93\x01\n\x13UploadBlobsResponse\x12#\n\rblobs_written\x18\x01 \x01(\x05R\x0c\x62lobsWritten\x12#\n\rbytes_written\x18\x02 \x01(\x03R\x0c\x62ytesWritten\x12\x32\n\x15\x62lobs_already_present\x18\x03 \x01(\x05R\x13\x62lobsAlreadyPresent\"A\n\x0fReadBlobRequest\x12\x16\n\x06\x64igest\x18\x01 \x01(\tR\x06\x64igest\x12\x16\n\x06offset\x18\x02 \x01(\x03R\x06offset\"&\n\x10ReadBlobResponse\x12\x12\n\x04\x64\x61ta\x18\x01 \x01(\x0cR\x04\x64\x61ta2\xc3\x02\n\x0b\x42lobService\x12q\n\x10\x46indMissingBlobs\x12-.starforge.control.v1.FindMissingBlobsRequest\x1a..starforge.control.v1.FindMissingBlobsResponse\x12\x64\n\x0bUploadBlobs\x12(.starforge.control.v1.UploadBlobsRequest\x1a).starforge.control.v1.UploadBlobsResponse(\x01\x12[\n\x08ReadBlob\x12%.starforge.control.v1.ReadBlobRequest\x1a&.starforge.control.v1.ReadBlobResponse0\x01\x42h\n\x18\x64\x65v.starforge.control.v1P\x01Z3starforge.dev/gen/go/starforge/control/v1;controlv1\xaa\x02\x14StarForge.Control.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'starforge/control/v1/blob_service.proto\x12\x14starforge.control.v1\"3\n\x17\x46indMissingBlobsRequest\x12\x18\n\x07\x64igests\x18\x01 \x03(\tR\x07\x64igests\"C\n\x18\x46indMissingBlobsResponse\x12\'\n\x0fmissing_digests\x18\x01 \x03(\tR\x0emissingDigests\"\xef\x01\n\x12UploadBlobsRequest\x12\x16\n\x06\x64igest\x18\x01 \x01(\tR\x06\x64igest\x12\x12\n\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n\x04\x64\x61ta\x18\x03 \x01(\x0cR\x04\x64\x61ta\x12\x16\n\x06\x66inish\x18\x04 \x01(\x08R\x06\x66inish\x12H\n\x05\x62lobs\x18\x05 \x03(\x0b\x32\x32.starforge.control.v1.UploadBlobsRequest.WholeBlobR\x05\x62lobs\x1a\x37\n\tWholeBlob\x12\x16\n\x06\x64igest\x18\x01 \x01(\tR\x06\x64igest\x12\x12\n\x04\x64\x61ta\x18\x02 \x01(\x0cR\x04\x64\x61ta\"\x93\x01\n\x13UploadBlobsResponse\x12#\n\rblobs_written\x18\x01 \x01(\x05R\x0c\x62lobsWritten\x12#\n\rbytes_written\x18\x02 \x01(\x03R\x0c\x62ytesWritten\x12\x32\n\x15\x62lobs_already_present\x18\x03 \x01(\x05R\x13\x62lobsAlreadyPresent\"A\n\x0fReadBlobRequest\x12\x16\n\x06\x64igest\x18\x01 \x01(\tR\x06\x64igest\x12\x16\n\x06offset\x18\x02 \x01(\x03R\x06offset\"&\n\x10ReadBlobResponse\x12\x12\n\x04\x64\x61ta\x18\x01 \x01(\x0cR\x04\x64\x61ta2\xc3\x02\n\x0b\x42lobService\x12q\n\x10\x46indMissingBlobs\x12-.starforge.control.v1.FindMissingBlobsRequest\x1a..starforge.control.v1.FindMissingBlobsResponse\x12\x64\n\x0bUploadBlobs\x12(.starforge.control.v1.UploadBlobsRequest\x1a).starforge.control.v1.UploadBlobsResponse(\x01\x12[\n\x08ReadBlob\x12%.starforge.control.v1.ReadBlobRequest\x1a&.starforge.control.v1.ReadBlobResponse0\x01\x42h\n\x18\x64\x65v.starforge.control.v1P\x01Z3starforge.dev/gen/go/starforge/control/v1;controlv1\xaa\x02\x14StarForge.Control.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,14 +36,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FINDMISSINGBLOBSREQUEST']._serialized_end=116
   _globals['_FINDMISSINGBLOBSRESPONSE']._serialized_start=118
   _globals['_FINDMISSINGBLOBSRESPONSE']._serialized_end=185
-  _globals['_UPLOADBLOBSREQUEST']._serialized_start=187
-  _globals['_UPLOADBLOBSREQUEST']._serialized_end=295
-  _globals['_UPLOADBLOBSRESPONSE']._serialized_start=298
-  _globals['_UPLOADBLOBSRESPONSE']._serialized_end=445
-  _globals['_READBLOBREQUEST']._serialized_start=447
-  _globals['_READBLOBREQUEST']._serialized_end=512
-  _globals['_READBLOBRESPONSE']._serialized_start=514
-  _globals['_READBLOBRESPONSE']._serialized_end=552
-  _globals['_BLOBSERVICE']._serialized_start=555
-  _globals['_BLOBSERVICE']._serialized_end=878
+  _globals['_UPLOADBLOBSREQUEST']._serialized_start=188
+  _globals['_UPLOADBLOBSREQUEST']._serialized_end=427
+  _globals['_UPLOADBLOBSREQUEST_WHOLEBLOB']._serialized_start=372
+  _globals['_UPLOADBLOBSREQUEST_WHOLEBLOB']._serialized_end=427
+  _globals['_UPLOADBLOBSRESPONSE']._serialized_start=430
+  _globals['_UPLOADBLOBSRESPONSE']._serialized_end=577
+  _globals['_READBLOBREQUEST']._serialized_start=579
+  _globals['_READBLOBREQUEST']._serialized_end=644
+  _globals['_READBLOBRESPONSE']._serialized_start=646
+  _globals['_READBLOBRESPONSE']._serialized_end=684
+  _globals['_BLOBSERVICE']._serialized_start=687
+  _globals['_BLOBSERVICE']._serialized_end=1010
 # @@protoc_insertion_point(module_scope)

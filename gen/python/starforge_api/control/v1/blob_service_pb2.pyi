@@ -1,8 +1,8 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -19,16 +19,25 @@ class FindMissingBlobsResponse(_message.Message):
     def __init__(self, missing_digests: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UploadBlobsRequest(_message.Message):
-    __slots__ = ("digest", "size", "data", "finish")
+    __slots__ = ("digest", "size", "data", "finish", "blobs")
+    class WholeBlob(_message.Message):
+        __slots__ = ("digest", "data")
+        DIGEST_FIELD_NUMBER: _ClassVar[int]
+        DATA_FIELD_NUMBER: _ClassVar[int]
+        digest: str
+        data: bytes
+        def __init__(self, digest: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
+    BLOBS_FIELD_NUMBER: _ClassVar[int]
     digest: str
     size: int
     data: bytes
     finish: bool
-    def __init__(self, digest: _Optional[str] = ..., size: _Optional[int] = ..., data: _Optional[bytes] = ..., finish: _Optional[bool] = ...) -> None: ...
+    blobs: _containers.RepeatedCompositeFieldContainer[UploadBlobsRequest.WholeBlob]
+    def __init__(self, digest: _Optional[str] = ..., size: _Optional[int] = ..., data: _Optional[bytes] = ..., finish: _Optional[bool] = ..., blobs: _Optional[_Iterable[_Union[UploadBlobsRequest.WholeBlob, _Mapping]]] = ...) -> None: ...
 
 class UploadBlobsResponse(_message.Message):
     __slots__ = ("blobs_written", "bytes_written", "blobs_already_present")

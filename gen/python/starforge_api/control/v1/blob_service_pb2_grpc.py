@@ -73,10 +73,13 @@ class BlobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UploadBlobs(self, request_iterator, context):
-        """UploadBlobs stores blobs sent as a stream of chunks. Each blob starts with a message that has
-        its digest and size set and ends with finish set; content that does not hash to the digest
-        is discarded. Already-present blobs are accepted and not written again.
-        Errors: INVALID_ARGUMENT (digest mismatch, size mismatch, blob over the size limit).
+        """UploadBlobs stores blobs sent as a stream. A large blob is sent as chunks: it starts with a
+        message that has its digest and size set and ends with finish set. Small blobs are sent whole,
+        several per message, in `blobs` (what fits in a few MiB). Content that does not hash to its
+        digest is discarded. Already-present blobs are accepted and not written again. The call
+        returns once every blob it stored is durable (one file-system sync per batch of small blobs).
+        Errors: INVALID_ARGUMENT (digest mismatch, size mismatch, blob over the size limit, a message
+        that carries both a chunk and whole blobs).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/control/v1/blob_service.proto.
  */
 export const file_starforge_control_v1_blob_service: GenFile = /*@__PURE__*/
-  fileDesc("CidzdGFyZm9yZ2UvY29udHJvbC92MS9ibG9iX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiMwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEhcKD21pc3NpbmdfZGlnZXN0cxgBIAMoCSJQChJVcGxvYWRCbG9ic1JlcXVlc3QSDgoGZGlnZXN0GAEgASgJEgwKBHNpemUYAiABKAMSDAoEZGF0YRgDIAEoDBIOCgZmaW5pc2gYBCABKAgiYgoTVXBsb2FkQmxvYnNSZXNwb25zZRIVCg1ibG9ic193cml0dGVuGAEgASgFEhUKDWJ5dGVzX3dyaXR0ZW4YAiABKAMSHQoVYmxvYnNfYWxyZWFkeV9wcmVzZW50GAMgASgFIjEKD1JlYWRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkSDgoGb2Zmc2V0GAIgASgDIiAKEFJlYWRCbG9iUmVzcG9uc2USDAoEZGF0YRgBIAEoDDLDAgoLQmxvYlNlcnZpY2UScQoQRmluZE1pc3NpbmdCbG9icxItLnN0YXJmb3JnZS5jb250cm9sLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Gi4uc3RhcmZvcmdlLmNvbnRyb2wudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEmQKC1VwbG9hZEJsb2JzEiguc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXF1ZXN0Gikuc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXNwb25zZSgBElsKCFJlYWRCbG9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXNwb25zZTABQmgKGGRldi5zdGFyZm9yZ2UuY29udHJvbC52MVABWjNzdGFyZm9yZ2UuZGV2L2dlbi9nby9zdGFyZm9yZ2UvY29udHJvbC92MTtjb250cm9sdjGqAhRTdGFyRm9yZ2UuQ29udHJvbC5WMWIGcHJvdG8z");
+  fileDesc("CidzdGFyZm9yZ2UvY29udHJvbC92MS9ibG9iX3NlcnZpY2UucHJvdG8SFHN0YXJmb3JnZS5jb250cm9sLnYxIioKF0ZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Eg8KB2RpZ2VzdHMYASADKAkiMwoYRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEhcKD21pc3NpbmdfZGlnZXN0cxgBIAMoCSK+AQoSVXBsb2FkQmxvYnNSZXF1ZXN0Eg4KBmRpZ2VzdBgBIAEoCRIMCgRzaXplGAIgASgDEgwKBGRhdGEYAyABKAwSDgoGZmluaXNoGAQgASgIEkEKBWJsb2JzGAUgAygLMjIuc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXF1ZXN0Lldob2xlQmxvYhopCglXaG9sZUJsb2ISDgoGZGlnZXN0GAEgASgJEgwKBGRhdGEYAiABKAwiYgoTVXBsb2FkQmxvYnNSZXNwb25zZRIVCg1ibG9ic193cml0dGVuGAEgASgFEhUKDWJ5dGVzX3dyaXR0ZW4YAiABKAMSHQoVYmxvYnNfYWxyZWFkeV9wcmVzZW50GAMgASgFIjEKD1JlYWRCbG9iUmVxdWVzdBIOCgZkaWdlc3QYASABKAkSDgoGb2Zmc2V0GAIgASgDIiAKEFJlYWRCbG9iUmVzcG9uc2USDAoEZGF0YRgBIAEoDDLDAgoLQmxvYlNlcnZpY2UScQoQRmluZE1pc3NpbmdCbG9icxItLnN0YXJmb3JnZS5jb250cm9sLnYxLkZpbmRNaXNzaW5nQmxvYnNSZXF1ZXN0Gi4uc3RhcmZvcmdlLmNvbnRyb2wudjEuRmluZE1pc3NpbmdCbG9ic1Jlc3BvbnNlEmQKC1VwbG9hZEJsb2JzEiguc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXF1ZXN0Gikuc3RhcmZvcmdlLmNvbnRyb2wudjEuVXBsb2FkQmxvYnNSZXNwb25zZSgBElsKCFJlYWRCbG9iEiUuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXF1ZXN0GiYuc3RhcmZvcmdlLmNvbnRyb2wudjEuUmVhZEJsb2JSZXNwb25zZTABQmgKGGRldi5zdGFyZm9yZ2UuY29udHJvbC52MVABWjNzdGFyZm9yZ2UuZGV2L2dlbi9nby9zdGFyZm9yZ2UvY29udHJvbC92MTtjb250cm9sdjGqAhRTdGFyRm9yZ2UuQ29udHJvbC5WMWIGcHJvdG8z");
 
 /**
  * FindMissingBlobsRequest lists digests.
@@ -87,6 +87,13 @@ export type UploadBlobsRequest = Message<"starforge.control.v1.UploadBlobsReques
    * @generated from field: bool finish = 4;
    */
   finish: boolean;
+
+  /**
+   * Whole blobs, each complete in this message (leave digest, size, data and finish unset).
+   *
+   * @generated from field: repeated starforge.control.v1.UploadBlobsRequest.WholeBlob blobs = 5;
+   */
+  blobs: UploadBlobsRequest_WholeBlob[];
 };
 
 /**
@@ -95,6 +102,34 @@ export type UploadBlobsRequest = Message<"starforge.control.v1.UploadBlobsReques
  */
 export const UploadBlobsRequestSchema: GenMessage<UploadBlobsRequest> = /*@__PURE__*/
   messageDesc(file_starforge_control_v1_blob_service, 2);
+
+/**
+ * WholeBlob is one small blob, sent in one piece.
+ *
+ * @generated from message starforge.control.v1.UploadBlobsRequest.WholeBlob
+ */
+export type UploadBlobsRequest_WholeBlob = Message<"starforge.control.v1.UploadBlobsRequest.WholeBlob"> & {
+  /**
+   * sha256 of data, lowercase hex.
+   *
+   * @generated from field: string digest = 1;
+   */
+  digest: string;
+
+  /**
+   * The whole content; its size is the blob's size.
+   *
+   * @generated from field: bytes data = 2;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message starforge.control.v1.UploadBlobsRequest.WholeBlob.
+ * Use `create(UploadBlobsRequest_WholeBlobSchema)` to create a new message.
+ */
+export const UploadBlobsRequest_WholeBlobSchema: GenMessage<UploadBlobsRequest_WholeBlob> = /*@__PURE__*/
+  messageDesc(file_starforge_control_v1_blob_service, 2, 0);
 
 /**
  * UploadBlobsResponse reports what was stored.
@@ -202,10 +237,13 @@ export const BlobService: GenService<{
     output: typeof FindMissingBlobsResponseSchema;
   },
   /**
-   * UploadBlobs stores blobs sent as a stream of chunks. Each blob starts with a message that has
-   * its digest and size set and ends with finish set; content that does not hash to the digest
-   * is discarded. Already-present blobs are accepted and not written again.
-   * Errors: INVALID_ARGUMENT (digest mismatch, size mismatch, blob over the size limit).
+   * UploadBlobs stores blobs sent as a stream. A large blob is sent as chunks: it starts with a
+   * message that has its digest and size set and ends with finish set. Small blobs are sent whole,
+   * several per message, in `blobs` (what fits in a few MiB). Content that does not hash to its
+   * digest is discarded. Already-present blobs are accepted and not written again. The call
+   * returns once every blob it stored is durable (one file-system sync per batch of small blobs).
+   * Errors: INVALID_ARGUMENT (digest mismatch, size mismatch, blob over the size limit, a message
+   * that carries both a chunk and whole blobs).
    *
    * @generated from rpc starforge.control.v1.BlobService.UploadBlobs
    */

@@ -80,6 +80,7 @@ __all__ = (
     "UndrainFleetRequest",
     "UndrainFleetResponse",
     "UploadBlobsRequest",
+    "UploadBlobsRequestWholeBlob",
     "UploadBlobsResponse",
     "User",
     "WatchJobRequest",
@@ -1879,8 +1880,35 @@ class UploadBlobsRequest(betterproto2.Message):
     True on the last chunk of the blob.
     """
 
+    blobs: "list[UploadBlobsRequestWholeBlob]" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Whole blobs, each complete in this message (leave digest, size, data and finish unset).
+    """
+
 
 default_message_pool.register_message("starforge.control.v1", "UploadBlobsRequest", UploadBlobsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class UploadBlobsRequestWholeBlob(betterproto2.Message):
+    """
+    WholeBlob is one small blob, sent in one piece.
+    """
+
+    digest: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    sha256 of data, lowercase hex.
+    """
+
+    data: "bytes" = betterproto2.field(2, betterproto2.TYPE_BYTES)
+    """
+    The whole content; its size is the blob's size.
+    """
+
+
+default_message_pool.register_message(
+    "starforge.control.v1", "UploadBlobsRequest.WholeBlob", UploadBlobsRequestWholeBlob
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -2195,10 +2223,13 @@ class BlobServiceStub(betterproto2_grpclib.ServiceStub):
         metadata: "MetadataLike | None" = None,
     ) -> "UploadBlobsResponse":
         """
-        UploadBlobs stores blobs sent as a stream of chunks. Each blob starts with a message that has
-        its digest and size set and ends with finish set; content that does not hash to the digest
-        is discarded. Already-present blobs are accepted and not written again.
-        Errors: INVALID_ARGUMENT (digest mismatch, size mismatch, blob over the size limit).
+        UploadBlobs stores blobs sent as a stream. A large blob is sent as chunks: it starts with a
+        message that has its digest and size set and ends with finish set. Small blobs are sent whole,
+        several per message, in `blobs` (what fits in a few MiB). Content that does not hash to its
+        digest is discarded. Already-present blobs are accepted and not written again. The call
+        returns once every blob it stored is durable (one file-system sync per batch of small blobs).
+        Errors: INVALID_ARGUMENT (digest mismatch, size mismatch, blob over the size limit, a message
+        that carries both a chunk and whole blobs).
         """
 
         return await self._stream_unary(
