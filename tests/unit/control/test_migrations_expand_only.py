@@ -84,6 +84,7 @@ def _revision(path: pathlib.Path) -> tuple[str, str | None]:
             isinstance(node, ast.Assign)
             and isinstance(node.targets[0], ast.Name)
             and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str | None)
         ):
             values[node.targets[0].id] = node.value.value
     return str(values["revision"]), values.get("down_revision")
