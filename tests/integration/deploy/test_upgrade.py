@@ -6,7 +6,8 @@ behind a TCP balancer, which is the address clients and capsules are told (`publ
 Jobs run and queue (more than the slots); then, one replica at a time:
 
 1. this tree's migrations are applied while the old replica serves, and the old replica keeps
-   working on the expanded schema (it admits, lists and streams logs);
+   working on the expanded schema: it admits, lists and streams logs, finishes a job and
+   dispatches the next one (with a run token of its own kind, which this tree must accept);
 2. a replica of this tree starts alongside, then the old one stops (the balancer sends new
    connections to the one left; the capsules reconnect and resend what they journaled);
 3. the executor restarts on this tree's code on the same state dir and port, adopting the
@@ -59,7 +60,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 SLOTS = 2
-JOBS_BEFORE = 4  # 2 running, 2 queued
+JOBS_BEFORE = 4  # 2 running (one of them "early"), 2 queued
 JOBS_EXPANDED = 2  # admitted by the old replica on the expanded schema
 STEPS = 40
 GATE_STEP = 10  # running jobs wait here until the upgrade is over
@@ -221,6 +222,7 @@ async def test_rolling_upgrade_from_the_last_release_loses_and_duplicates_nothin
     balancer = Balancer()
     await balancer.start()
     gate = tmp_path / "gate"
+    early_gate = tmp_path / "gate-early"
     executor_port = free_port()
     exec_config = executor_yaml(tmp_path, "process", {"inventory": [{"series": "cpu", "gpus": 0, "slots": SLOTS}]})
     common = {
@@ -262,7 +264,8 @@ async def test_rolling_upgrade_from_the_last_release_loses_and_duplicates_nothin
         token = (tmp_path / "control-old" / "admin-token").read_text().strip()
         async with console_via(balancer, token, tmp_path) as c:
             # the release serves: two jobs run (all the slots), two queue
-            first = await submit_many(c, JOBS_BEFORE, gated_train(gate), experiment="before")
+            early = await submit_many(c, 1, gated_train(early_gate), experiment="early")
+            first = early + await submit_many(c, JOBS_BEFORE - 1, gated_train(gate), experiment="before")
             await until(lambda: _running_with_points(c, first[:SLOTS], 3), 120, "the first jobs to report")
 
             # 1. expand: this tree's migrations, while the release's replica serves
@@ -275,6 +278,11 @@ async def test_rolling_upgrade_from_the_last_release_loses_and_duplicates_nothin
                 assert {j.job_id for j in listed.jobs} == set(first + expanded)
                 assert any(ln.startswith("line ") for ln in await c.logs(first[0]))
                 job_ids = first + expanded
+                # the early job ends; the old replica records it and dispatches the next queued one
+                early_gate.touch()
+                done = await wait_terminal(c.channel, c.token, early, timeout=120, on_timeout=logs())
+                assert done[early[0]].state == st.JOB_STATE_SUCCEEDED, done
+                await until(lambda: _running_with_points(c, first[SLOTS : SLOTS + 1], 3), 120, "the next job")
 
                 # 2. a replica of this tree alongside, then the release's replica goes
                 new_control.start(new_port)
