@@ -56,7 +56,7 @@ def _template() -> dict[str, Any]:
         "provenance": job_spec_pb2.Provenance(recipe_digest=recipe.digest).SerializeToString(),
         "fleet": "", "parent_job_id": "", "stage": "", "retry_budget": 0, "retries_used": 0, "request_id": "",
         "wait_reason": 0, "wait_message": "waiting for the scheduler", "queue_position": 0, "stopped_by": "",
-        "diagnosis": b"", "desired": 0, "labels": "{}", "out_dir": "", "not_before": 0.0, "attempts_count": 0,
+        "diagnosis": b"", "desired": "", "labels": "{}", "out_dir": "", "not_before": 0.0, "attempts_count": 0,
         "next_cause": job_pb2.ATTEMPT_CAUSE_INITIAL, "event_seq": 1,
     }  # fmt: skip
 

@@ -29,7 +29,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 from starforge_api.control.v1 import error_reason_pb2
 
@@ -147,9 +147,23 @@ def expire_run_tokens(s: Session, attempt_id: str, grace_seconds: float = RUN_TO
     its journal (logs and metrics; ingest refuses records that would change the outcome of an
     ended attempt, see telemetry.ingest)."""
     deadline = time.time() + grace_seconds
-    for row in s.scalars(select(m.Token).where(m.Token.attempt_id == attempt_id, m.Token.kind == "run")):
+    mine = or_(
+        m.Token.attempt_id == attempt_id,
+        # issued by a replica of the previous release (rolling upgrade): scoped by name only
+        and_(m.Token.attempt_id.is_(None), m.Token.name == f"run {attempt_id}"),
+    )
+    for row in s.scalars(select(m.Token).where(mine, m.Token.kind == "run")):
         if row.expires_at is None or row.expires_at > deadline:
             row.expires_at = deadline
+
+
+def run_token_attempt(row: m.Token) -> str | None:
+    """The attempt a run token may report for. A replica of the previous release (during a rolling
+    upgrade) issues run tokens without `attempt_id`, named "run <attempt id>" as ours are: they are
+    scoped by that name, as migration 0005 scoped the ones issued before it."""
+    if row.attempt_id is None and row.kind == "run" and row.name.startswith("run "):
+        return row.name.removeprefix("run ")
+    return row.attempt_id
 
 
 def _usable(row: m.Token) -> bool:
@@ -206,7 +220,7 @@ class TokenVerifier:
                 kind=row.kind,
                 token_id=row.id,
                 job_id=row.job_id,
-                attempt_id=row.attempt_id,
+                attempt_id=run_token_attempt(row),
                 node=binding.node if binding is not None else "",
                 fleet=binding.fleet if binding is not None else "",
             )

@@ -1,4 +1,11 @@
-"""Apply Alembic migrations programmatically (the control plane upgrades its ledger at start)."""
+"""Apply Alembic migrations programmatically (the control plane upgrades its ledger at start).
+
+Migrations after the last release's head (deploy/releases.txt) are expand-only: new tables,
+nullable or defaulted columns, indexes, data fixes. A replica of the last release may still serve
+from the migrated database during a rolling upgrade; drops, renames, type changes and NOT NULL
+without a default wait for a later release (docs/deploy-upgrades.md,
+tests/unit/control/test_migrations_expand_only.py).
+"""
 
 from __future__ import annotations
 

@@ -16,10 +16,48 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     text,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class DesiredColumn(TypeDecorator[int]):
+    """jobs.desired: a DesiredState in code, stored in its released string form ("", "stop",
+    "pause") so that a replica of the previous release reads and writes the same column during a
+    rolling upgrade (expand/contract, docs/deploy-upgrades.md). Integers read back as themselves
+    (a ledger that ran an unreleased draft of migration 0008 stored them)."""
+
+    impl = String(16)
+    cache_ok = True
+
+    # DesiredState values (starforge.job.v1.DesiredState), fixed here: the stored form must not
+    # change when the contract grows.
+    TO_TEXT = {0: "", 1: "stop", 2: "pause"}
+    FROM_TEXT = {v: k for k, v in TO_TEXT.items()}
+
+    def process_bind_param(self, value: int | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        try:
+            return self.TO_TEXT[int(value)]
+        except KeyError:
+            raise ValueError(f"jobs.desired cannot store DesiredState {value}") from None
+
+    def process_result_value(self, value: object, dialect: Dialect) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, int):
+            return value
+        text_value = str(value)
+        if text_value in self.FROM_TEXT:
+            return self.FROM_TEXT[text_value]
+        if text_value.isdigit():
+            return int(text_value)
+        raise ValueError(f"jobs.desired holds {text_value!r}, not a desired state")
+
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -101,7 +139,8 @@ class Job(Base):
     diagnosis: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
     # What a user or the platform asked of the job while its attempt is active: a DesiredState
     # (0 nothing, STOP, PAUSE; state_machine.DESIRED_LEGAL); cleared when the job rests.
-    desired: Mapped[int] = mapped_column(Integer, default=0)
+    # Stored as "", "stop", "pause" (DesiredColumn), the previous release's form.
+    desired: Mapped[int] = mapped_column(DesiredColumn(), default=0)
     labels: Mapped[str] = mapped_column(Text, default="{}")
     out_dir: Mapped[str] = mapped_column(Text, default="")
     # Earliest time the scheduler may dispatch it (retry backoff).
@@ -127,6 +166,9 @@ class Job(Base):
         # touching the table rows (a submit's queue position was a scan of every QUEUED row).
         Index("ix_jobs_state_queue_priority_seq", "state", "queue", "priority", "seq"),
         Index("ix_jobs_owner_created", "owner", "created_at"),
+        # Superseded by uq_jobs_owner_request; kept while the previous release may serve from this
+        # database (its drop is a contract step, for a later release).
+        Index("ix_jobs_owner_request", "owner", "request_id"),
         # One job per (owner, request_id): a retried submission finds the job its first try
         # created, even when the retries race (jobs.create_job). Jobs without a request id are
         # not constrained.

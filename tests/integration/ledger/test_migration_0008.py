@@ -1,6 +1,7 @@
 """Migration 0008 on a ledger written by an older version (SQLite and PostgreSQL): duplicate
-(owner, request_id) pairs are released before the unique index is made, and `desired` strings
-become DesiredState values."""
+(owner, request_id) pairs are released before the unique index is made; `desired` keeps its
+released string form, which the models read as DesiredState values (the previous release may still
+serve from the same database during a rolling upgrade)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from sqlalchemy.orm import Session
 
 from control.db import migrate
+from control.db import models as m
 from control.db.engine import make_engine
 from control.ledger import state_machine as sm
 from tests.db import create_pg_database, drop_pg_database
@@ -49,7 +52,7 @@ def _row(columns: list[sa.Column[Any]], **values: object) -> dict[str, object]:
     return row
 
 
-def test_0008_releases_duplicates_and_converts_desired(fresh_url: str) -> None:
+def test_0008_releases_duplicates_and_keeps_desired_readable(fresh_url: str) -> None:
     engine = make_engine(fresh_url)
     cfg = migrate.alembic_config(fresh_url)
     with engine.begin() as conn:
@@ -72,12 +75,15 @@ def test_0008_releases_duplicates_and_converts_desired(fresh_url: str) -> None:
             for r in conn.execute(sa.text("SELECT id, request_id, desired FROM jobs ORDER BY id"))
         )
     assert got == {
-        "j1": ("r", sm.STOP),  # the first of the duplicates keeps the request id
-        "j2": ("", sm.PAUSE),
-        "j3": ("r", sm.NO_REQUEST),  # another owner's request id is another key
-        "j4": ("", sm.NO_REQUEST),
-        "j5": ("", sm.NO_REQUEST),
+        "j1": ("r", "stop"),  # the first of the duplicates keeps the request id
+        "j2": ("", "pause"),
+        "j3": ("r", ""),  # another owner's request id is another key
+        "j4": ("", ""),
+        "j5": ("", ""),
     }
+    with Session(engine) as s:  # what the code sees: DesiredState values
+        desired = dict(s.execute(sa.select(m.Job.id, m.Job.desired)).all())
+    assert desired == {"j1": sm.STOP, "j2": sm.PAUSE, "j3": sm.NO_REQUEST, "j4": sm.NO_REQUEST, "j5": sm.NO_REQUEST}
     jobs = sa.Table("jobs", sa.MetaData(), autoload_with=engine)  # the new schema
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
         conn.execute(jobs.insert(), [_row(list(jobs.columns), id="j6", owner="alice", request_id="r", seq=6)])

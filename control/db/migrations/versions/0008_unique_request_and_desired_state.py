@@ -1,4 +1,4 @@
-"""unique (owner, request_id), desired as DesiredState, attempt-only events
+"""unique (owner, request_id), attempt-only events
 
 Revision ID: 0008
 Revises: 0007
@@ -6,11 +6,14 @@ Create Date: 2026-12-01
 
 - Submissions are idempotent per (owner, request_id): duplicates that concurrent retries created
   before the index existed are folded into the oldest job of each pair first (the later ones keep
-  their rows and history but lose the request id), then a partial unique index replaces the plain
-  one.
-- jobs.desired was a string ("", "stop", "pause"); it is the contract's DesiredState now
-  (0, DESIRED_STATE_STOP = 1, DESIRED_STATE_PAUSE = 2).
-- job_events.attempt_only marks the events of a stale attempt (its job had moved on).
+  their rows and history but lose the request id), then a partial unique index is added. The plain
+  index it supersedes stays until a later release drops it (expand/contract: a replica of the
+  previous release may still be serving from this database, docs/deploy-upgrades.md).
+- job_events.attempt_only marks the events of a stale attempt (its job had moved on); it has a
+  default, so the previous release's inserts still work.
+
+jobs.desired keeps its released string form ("", "stop", "pause"), which the previous release
+reads and writes; the models map it to the contract's DesiredState (control.db.models).
 """
 
 from __future__ import annotations
@@ -23,14 +26,9 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-# DesiredState values (starforge.job.v1.DesiredState), fixed here: a migration must not change
-# when the contract grows.
-DESIRED = {"stop": 1, "pause": 2}
-
 
 def upgrade() -> None:
     _release_duplicate_request_ids()
-    op.drop_index("ix_jobs_owner_request", table_name="jobs")
     op.create_index(
         "uq_jobs_owner_request",
         "jobs",
@@ -39,7 +37,6 @@ def upgrade() -> None:
         sqlite_where=sa.text("request_id != ''"),
         postgresql_where=sa.text("request_id != ''"),
     )
-    _desired_to_int()
     with op.batch_alter_table("job_events", schema=None) as batch_op:
         batch_op.add_column(sa.Column("attempt_only", sa.Boolean(), nullable=False, server_default=sa.false()))
 
@@ -56,31 +53,7 @@ def _release_duplicate_request_ids() -> None:
     )
 
 
-def _desired_to_int() -> None:
-    cases = " ".join(f"WHEN '{name}' THEN '{value}'" for name, value in DESIRED.items())
-    op.execute(sa.text(f"UPDATE jobs SET desired = CASE desired {cases} ELSE '0' END"))  # noqa: S608
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.alter_column(
-            "desired",
-            existing_type=sa.String(length=16),
-            type_=sa.Integer(),
-            existing_nullable=False,
-            postgresql_using="desired::integer",
-        )
-
-
 def downgrade() -> None:
     with op.batch_alter_table("job_events", schema=None) as batch_op:
         batch_op.drop_column("attempt_only")
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.alter_column(
-            "desired",
-            existing_type=sa.Integer(),
-            type_=sa.String(length=16),
-            existing_nullable=False,
-            postgresql_using="desired::text",
-        )
-    names = " ".join(f"WHEN '{value}' THEN '{name}'" for name, value in DESIRED.items())
-    op.execute(sa.text(f"UPDATE jobs SET desired = CASE desired {names} ELSE '' END"))  # noqa: S608
     op.drop_index("uq_jobs_owner_request", table_name="jobs")
-    op.create_index("ix_jobs_owner_request", "jobs", ["owner", "request_id"])
