@@ -85,6 +85,8 @@ class Console:
     def upload(self, requests: Any) -> bs.UploadBlobsResponse:
         buf = b""
         for r in requests:
+            for whole in r.blobs:
+                self.blobs[whole.digest] = whole.data
             buf += r.data
             if r.finish:
                 self.blobs[r.digest] = buf
