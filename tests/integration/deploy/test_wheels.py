@@ -105,7 +105,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     assert wheel.name == f"starforge-{VERSION}-py3-none-any.whl"
     venv = root / "venv"
     # The interpreter the dev venv was made from, not the dev venv: the new one sees none of its packages.
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run(
+        [getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)], check=True
+    )
     # The dev venv's pip installs into the new venv (--python); --no-index: offline.
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
