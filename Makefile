@@ -110,6 +110,14 @@ capsule: venv  ## build the content-addressed runner.pex
 sdk-wheel: venv  ## the `starforge` SDK as a wheel for images in external observability mode (build/sdk)
 	$(BIN)/python -m capsule.sdk_wheel --out build/sdk
 
+# The OCI images (deploy/images/<service>.Dockerfile): starforge-control, starforge-executor and
+# starforge-forgelet, FROM $(IMAGE_BASE), pip-installing dist/'s wheel and a wheelhouse made here
+# (no registry needed in the build; tools/build_images.sh). docs/deploy-compose.md runs them.
+.PHONY: images
+IMAGE_BASE ?= python:3.11-slim-bookworm
+images: dist  ## the service images on $$DOCKER_HOST's engine (IMAGE_BASE=..., IMAGE_TAG=...)
+	IMAGE_BASE=$(IMAGE_BASE) PIP=$(BIN)/pip tools/build_images.sh
+
 unit: venv frameworks
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit
 
