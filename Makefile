@@ -15,7 +15,7 @@ APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chr
 	golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev
 
-.PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule sdk-wheel unit integration bench bench-ab soak clean web examples
+.PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule sdk-wheel dist unit integration bench bench-ab soak clean web examples
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
@@ -110,6 +110,12 @@ capsule: venv  ## build the content-addressed runner.pex
 sdk-wheel: venv  ## the `starforge` SDK as a wheel for images in external observability mode (build/sdk)
 	$(BIN)/python -m capsule.sdk_wheel --out build/sdk
 
+# The installable wheels (docs/deploy-install.md), built from a staged copy of the sources with the
+# capsule (runner.pex, bootstrap.sh) and the web console as package data:
+#   dist/starforge-<version>-py3-none-any.whl, dist/starforge_sdk-<sdk version>-py3-none-any.whl
+dist: venv web  ## the platform and SDK wheels into dist/ (pip install dist/starforge-*.whl)
+	$(BIN)/python -m tools.build_dist --out dist
+
 # The OCI images (deploy/images/<service>.Dockerfile): starforge-control, starforge-executor and
 # starforge-forgelet, FROM $(IMAGE_BASE), pip-installing dist/'s wheel and a wheelhouse made here
 # (no registry needed in the build; tools/build_images.sh). docs/deploy-compose.md runs them.
@@ -143,4 +149,4 @@ soak: setup  ## 1,000 log followers + 100 reporting runs on one console for 10 m
 	$(BIN)/python -m pytest -p no:cacheprovider -s tests/reliability -m soak --run-soak
 
 clean:
-	rm -rf build .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf build dist .mypy_cache .ruff_cache .import_linter_cache

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -30,12 +31,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from common.source import checkout
+
 from .wheelhouse import PYTHON_TARGETS, BuildError, ensure_wheels, parse_requirements, sha256_file
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-CAPSULE_SRC = REPO / "capsule"
+# Sources are found next to this module (and sfpb where it is imported from), so the build works
+# from a checkout and from an installed wheel alike; outputs default to the checkout's build/, or
+# to ./build when installed.
+REPO = checkout()
+CAPSULE_SRC = pathlib.Path(__file__).resolve().parent
 RUNNER_SRC = CAPSULE_SRC / "runner"
-SFPB_SRC = REPO / "gen" / "pure" / "sfpb"
 BOOTSTRAP = CAPSULE_SRC / "bootstrap.sh"
 SDK = CAPSULE_SRC / "sdk" / "starforge" / "__init__.py"
 REQUIREMENTS = CAPSULE_SRC / "runner-requirements.txt"
@@ -48,10 +53,21 @@ STATE_FILE = ".build-state.json"
 PLATFORMS = tuple(f"linux_x86_64-cp-{v.replace('.', '')}-cp{v.replace('.', '')}" for v in PYTHON_TARGETS)
 
 
+def _sfpb_dir() -> pathlib.Path:
+    """The pure generated messages: the checkout's gen/pure/sfpb, else the installed package."""
+    if REPO is not None:
+        return REPO / "gen" / "pure" / "sfpb"
+    spec = importlib.util.find_spec("sfpb")  # located, not imported
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError("the sfpb package (the pure generated messages) is not installed")
+    return pathlib.Path(next(iter(spec.submodule_search_locations)))
+
+
 def _sources() -> list[tuple[str, pathlib.Path]]:
     """(path inside the pex, source file) for sfrunner and sfpb, sorted."""
     out: list[tuple[str, pathlib.Path]] = []
-    for prefix, root, patterns in (("sfrunner", RUNNER_SRC, ("*.py",)), ("sfpb", SFPB_SRC, ("*.py", "py.typed"))):
+    sources = (("sfrunner", RUNNER_SRC, ("*.py",)), ("sfpb", _sfpb_dir(), ("*.py", "py.typed")))
+    for prefix, root, patterns in sources:
         if not root.is_dir():
             raise BuildError(f"{root} is missing")
         for pattern in patterns:
@@ -189,11 +205,12 @@ def build(out: pathlib.Path, wheelhouse: pathlib.Path, *, force: bool = False) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m capsule.build", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=REPO / "build" / "capsule")
+    build_dir = (REPO if REPO is not None else pathlib.Path.cwd()) / "build"
+    parser.add_argument("--out", type=pathlib.Path, default=build_dir / "capsule")
     parser.add_argument(
         "--wheelhouse",
         type=pathlib.Path,
-        default=REPO / "build" / "wheelhouse",
+        default=build_dir / "wheelhouse",
         help="where the pinned wheels are cached (filled from PyPI when missing)",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")

@@ -8,14 +8,6 @@ that integration tests can call them without going through the command line.
 
 from __future__ import annotations
 
-from importlib import metadata
+from common import __version__
 
-
-def _version() -> str:
-    try:
-        return metadata.version("starforge")
-    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
-        return "0.0.0+unknown"
-
-
-__version__ = _version()
+__all__ = ["__version__"]

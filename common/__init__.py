@@ -4,4 +4,7 @@ Every service (control plane, executor services, forgelet) and the CLI use these
 error becomes a gRPC status, or a config file becomes a dataclass, is written once.
 """
 
-__version__ = "0.1.0"
+from common.source import version as _version
+
+# pyproject.toml's `version` (the installed package metadata): the one place it is written.
+__version__ = _version()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from common.config import ConfigError, load_config
 from common.tls import TlsConfig, check_dial, check_listen, host_of, is_loopback
-from control import images, windows
+from control import bundled, images, windows
 
 EXECUTOR_KINDS = ("local", "agent", "kuberay", "slurm")
 # Executor kinds whose jobs run on other machines than the control plane's.
@@ -114,7 +114,9 @@ class ControlConfig:
     # SQLAlchemy URL; empty means SQLite in state_dir. PostgreSQL: postgresql+psycopg://...
     database_url: str = ""
     blob_dir: pathlib.Path | None = None
-    capsule_dir: pathlib.Path = pathlib.Path("build/capsule")
+    # The capsule (manifest.json, bootstrap.sh, runner.pex): an installed wheel's own (package
+    # data), else build/capsule (`make capsule` in a source checkout).
+    capsule_dir: pathlib.Path = field(default_factory=bundled.default_capsule_dir)
     fleets: list[FleetConfig] = field(default_factory=list)
     profiles: list[ProfileConfig] = field(default_factory=lambda: list(DEFAULT_PROFILES))
     quotas: list[QuotaConfig] = field(default_factory=list)
@@ -145,8 +147,9 @@ class ControlConfig:
     # The web console: envoy (grpc_web) listens here and serves the UI and the API on one origin;
     # empty disables it. Needs the HTTP port (one on 127.0.0.1 is opened when http_listen is empty).
     ui_listen: str = ""
-    # The built web UI (web/dist); served at / on the HTTP port.
-    ui_dir: pathlib.Path = pathlib.Path(__file__).resolve().parents[1] / "web" / "dist"
+    # The built web UI, served at / on the HTTP port: an installed wheel's own (package data),
+    # else the checkout's web/dist (`make web`).
+    ui_dir: pathlib.Path = field(default_factory=bundled.default_ui_dir)
     # HuggingFace precheck at admission (models/datasets exist; gated ones accessible).
     hf_precheck: bool = True
     hf_endpoint: str = "https://huggingface.co"

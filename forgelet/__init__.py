@@ -7,4 +7,6 @@ runtime on CPU nodes). Attempts are found again by their records and container l
 forgelet restart never stops a running job. See docs/forgelet.md.
 """
 
-VERSION = "0.1.0"
+from common import __version__ as VERSION
+
+__all__ = ["VERSION"]

@@ -28,9 +28,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from common.source import checkout
+
 DATA_ROOT = pathlib.Path(__file__).resolve().parent / "frameworks"
-# Wheels of framework versions other than the installed one (`make frameworks`).
-WHEEL_DIR = pathlib.Path(__file__).resolve().parents[1] / "build" / "frameworks"
+# Wheels of framework versions other than the installed one (`make frameworks`): the checkout's
+# build/frameworks (./build/frameworks when installed; only the generator and the tests read it).
+WHEEL_DIR = (checkout() or pathlib.Path()) / "build" / "frameworks"
 VERL_CONFIG_PREFIX = "verl/trainer/config/"
 # Which framework config a method's overrides apply to: verl composes one trainer config; NeMo-RL
 # loads the recipe's base_config (a parameter) from its checkout.

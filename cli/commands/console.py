@@ -29,6 +29,7 @@ from cli import config as client_config
 from cli.context import AppState, app_state
 from cli.errors import EXIT_FAILURE, CliError, usage
 from cli.output import Output
+from common.source import checkout
 
 PID_FILE = "console.pid"
 READY_FILE = "console.ready.json"
@@ -156,11 +157,15 @@ def _wait_ready(proc: subprocess.Popen[bytes], ready: pathlib.Path, log: pathlib
 
 
 def _child_command(state_dir: pathlib.Path, listen: str, runtime: str, ready: pathlib.Path) -> list[str]:
-    """The console process: `control.embedded.main` of this very checkout, installed or not."""
-    package_root = str(pathlib.Path(__file__).resolve().parents[2])
-    boot = f"import sys; sys.path.insert(0, {package_root!r}); from {CONSOLE_MODULE} import main; sys.exit(main())"
+    """The console process: `control.embedded.main` of this very StarForge, this interpreter's
+    installed packages, or the source checkout sf runs from (first on the path). `-P`: the current
+    directory is never on the path, so files where `sf up` is run cannot stand in for ours."""
+    boot = f"import sys; from {CONSOLE_MODULE} import main; sys.exit(main())"
+    root = checkout()
+    if root is not None:
+        boot = f"import sys; sys.path.insert(0, {str(root)!r}); {boot.removeprefix('import sys; ')}"
     return [
-        sys.executable, "-c", boot, "--state-dir", str(state_dir), "--listen", listen,
+        sys.executable, "-P", "-c", boot, "--state-dir", str(state_dir), "--listen", listen,
         "--runtime", runtime, "--ready-file", str(ready),
     ]  # fmt: skip
 

@@ -30,7 +30,7 @@ from starforge_api.forgelet.v1 import node_pb2
 from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from common import errors
+from common import __version__, errors
 from common.tls import channel_credentials
 from executor_svc.agent import placement
 from executor_svc.agent.clients import ForgeletClients, RegistryClient, observation_from_proto
@@ -53,7 +53,7 @@ from executor_svc.plumbing.pools import PoolRules, check_pools
 
 log = logging.getLogger("starforge.executor.agent")
 
-VERSION = "0.1.0"
+VERSION = __version__
 ACTIVE = (st.JOB_STATE_PENDING, st.JOB_STATE_RUNNING)
 UNREACHABLE = (errors.Unavailable, errors.DeadlineExceeded)
 STRAY_STOP_GRACE_SECONDS = 10

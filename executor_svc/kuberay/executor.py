@@ -28,7 +28,7 @@ from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
 from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from common import errors
+from common import __version__, errors
 from executor_svc.base import (
     LABEL_EXECUTOR,
     LABEL_MANAGED,
@@ -48,7 +48,7 @@ from executor_svc.kuberay.watch import RayJobWatch
 
 log = logging.getLogger("starforge.executor.kuberay")
 
-VERSION = "0.1.0"
+VERSION = __version__
 MAX_REMEMBERED = 10_000
 
 

@@ -24,7 +24,7 @@ from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from common import errors
+from common import __version__, errors
 from executor_svc import bundle, out_files
 from executor_svc.attempt_dirs import check_id
 from executor_svc.base import (
@@ -52,7 +52,7 @@ from executor_svc.plumbing.states import LedgerState, look_up
 
 log = logging.getLogger("starforge.executor.local")
 
-VERSION = "0.1.0"
+VERSION = __version__
 
 
 # What a runtime sees, reduced to a phase (_phase) -> the ledger's state; FAILED is classed in _map.

@@ -23,7 +23,7 @@ from starforge_api.executor.v1 import executor_service_pb2 as ex_pb
 from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from common import errors
+from common import __version__, errors
 from executor_svc import bundle, out_files
 from executor_svc.attempt_dirs import check_id
 from executor_svc.base import (
@@ -67,7 +67,7 @@ from executor_svc.slurm.tokens import TokenSource
 log = logging.getLogger("starforge.executor.slurm")
 T = TypeVar("T")
 
-VERSION = "0.1.0"
+VERSION = __version__
 # slurmctld's state_reason of a job submitted held.
 HELD_REASON = "JobHeldUser"
 # Stop: seconds beyond the grace for the runner to report and exit before the cancel; poll period.
