@@ -120,8 +120,12 @@ def compose_config(
             "interval": "1s",
             "unhealthy_threshold": 1,
             "healthy_threshold": 1,
-            # a replica that went away is probed every second, not at the default 60 s
+            # every second in every state: a replica that is down, and a cluster that has had no
+            # traffic yet (envoy's default there is 60 s: a replica that came up after envoy would
+            # stay out of rotation for up to a minute, and the other one be the only choice)
             "unhealthy_interval": "1s",
+            "no_traffic_interval": "1s",
+            "no_traffic_healthy_interval": "1s",
         }
         if index == 0:
             check["grpc_health_check"] = {}

