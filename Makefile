@@ -122,7 +122,7 @@ dist: venv web  ## the platform and SDK wheels into dist/ (pip install dist/star
 .PHONY: images
 IMAGE_BASE ?= python:3.11-slim-bookworm
 images: dist  ## the service images on $$DOCKER_HOST's engine (IMAGE_BASE=..., IMAGE_TAG=...)
-	IMAGE_BASE=$(IMAGE_BASE) PIP=$(BIN)/pip tools/build_images.sh
+	IMAGE_BASE=$(IMAGE_BASE) PIP=$(BIN)/pip PYTHON=$(BIN)/python tools/build_images.sh
 
 unit: venv frameworks
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit

@@ -49,15 +49,55 @@ for i in $(seq 5 36); do platforms+=(--platform "manylinux_2_${i}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64 --platform any)
 mkdir -p "$wheels"
 start=$(date +%s)
-"$pip" download --quiet --disable-pip-version-check --dest "$wheels" --only-binary=:all: \
-  --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none "${platforms[@]}" \
-  -c requirements.lock "$wheel" pip 2>&1 | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
-ls "$wheels"/pip-*.whl >/dev/null 2>&1 || { log "pip download failed (no pip wheel in $wheels)"; exit 1; }
+# Downloaded again only when what decides it changed: the wheel's requirements or the lock.
+key=$("${PYTHON:-python3}" - "$wheel" <<'PY'
+import hashlib, pathlib, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    meta = [z.read(n) for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+reqs = b"\n".join(l for m in meta for l in m.splitlines() if l.startswith(b"Requires-Dist:"))
+print(hashlib.sha256(reqs + pathlib.Path("requirements.lock").read_bytes()).hexdigest()[:16])
+PY
+)
+if [ -f "$wheels/.complete-$key" ]; then
+  log "wheelhouse: up to date ($wheels)"
+else
+  if ! "$pip" download --quiet --disable-pip-version-check --dest "$wheels" --only-binary=:all: \
+    --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none "${platforms[@]}" \
+    -c requirements.lock "$wheel" pip >"$wheels/.download.log" 2>&1; then
+    grep -v "is ignored: it is neither a file nor a directory" "$wheels/.download.log" >&2 || true
+    log "pip download of the wheelhouse failed (above; every dependency needs a cp311 manylinux or pure wheel)"
+    exit 1
+  fi
+  rm -f "$wheels"/.complete-*
+  touch "$wheels/.complete-$key"
+fi
 # Only what this wheel needs goes into the context: the wheel, then the other wheels of the
-# closure (an older starforge wheel left in $wheels is not copied).
+# closure (an older starforge wheel left in $wheels is not copied). `make dist` writes a new file
+# each time (zip timestamps); when the previous build's wheel holds the same files (its RECORD:
+# every file's SHA-256), that one stays, so the engine's build cache still applies.
+same_files() {
+  "${PYTHON:-python3}" - "$1" "$2" <<'PY'
+import sys, zipfile
+def record(path):
+    with zipfile.ZipFile(path) as z:
+        return sorted(z.read(n) for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+sys.exit(0 if record(sys.argv[1]) == record(sys.argv[2]) else 1)
+PY
+}
+kept=""
+previous="$context/wheels/$(basename "$wheel")"
+if [ -f "$previous" ] && same_files "$previous" "$wheel"; then
+  kept=$(mktemp -d)
+  mv "$previous" "$kept/"
+fi
 rm -rf "$context"
 mkdir -p "$context/wheels"
-cp "$wheel" "$context/wheels/"
+if [ -n "$kept" ]; then
+  mv "$kept/$(basename "$wheel")" "$context/wheels/" && rmdir "$kept"
+  log "$(basename "$wheel") has the same files as the last build's: keeping that one (build cache)"
+else
+  cp "$wheel" "$context/wheels/"
+fi
 for f in "$wheels"/*.whl; do
   case "$(basename "$f")" in starforge-*) continue ;; esac
   cp -l "$f" "$context/wheels/" 2>/dev/null || cp "$f" "$context/wheels/"
