@@ -316,3 +316,30 @@ def test_a_job_survives_a_killed_control_plane_replica(deployment: Deployment, p
     victim.reload()
     assert victim.status == "exited"
     assert d.container("control-b").status == "running"
+
+
+@pytest.mark.parametrize(
+    ("service", "command"),
+    [("control", "starforge-control"), ("executor", "starforge-executor"), ("forgelet", "forgelet")],
+)
+def test_each_image_runs_its_service_as_a_user_with_a_health_check(
+    dockerd: DockerEngine, starforge_images: str, service: str, command: str
+) -> None:
+    image = dockerd.client.images.get(f"starforge-{service}:{starforge_images}")
+    config = image.attrs["Config"]
+    assert config["User"] == f"{IMAGE_UID}:{IMAGE_UID}"
+    assert config["Entrypoint"] == [f"/opt/starforge/bin/{command}"]
+    assert config["Healthcheck"]["Test"] == ["CMD", "/opt/starforge/bin/python3", "-m", "common.healthcheck"]
+    assert config["Labels"]["org.opencontainers.image.version"]
+    out = dockerd.client.containers.run(
+        image.id, ["--help"], network_mode="none", remove=True, stdout=True, stderr=True
+    ).decode()
+    assert "usage:" in out.lower(), out
+    whoami = dockerd.client.containers.run(
+        image.id,
+        ["-c", "import os; print(os.getuid())"],
+        entrypoint="/opt/starforge/bin/python3",
+        network_mode="none",
+        remove=True,
+    ).decode()
+    assert whoami.strip() == str(IMAGE_UID)

@@ -72,9 +72,13 @@ def test_services_share_what_replicas_must_share() -> None:
     assert mounts(services["executor"])["/srv/sf/executor"] == "/srv/sf/executor"
     assert services["envoy"]["image"].startswith("envoyproxy/envoy:")
     assert mounts(services["envoy"])["/etc/envoy/envoy.yaml"] == str(DEPLOY / "envoy.yaml")
-    with_db = doc("compose.yaml", profiles=("postgres",))["services"]
-    assert "postgres" in with_db
-    assert with_db["control-a"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    with_db = doc("compose.yaml", env={"SF_POSTGRES_PASSWORD": "pw"}, profiles=("postgres",))
+    postgres = with_db["services"]["postgres"]
+    assert with_db["services"]["control-a"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    # jobs share the host's network: the database on loopback still wants its password
+    assert postgres["environment"]["POSTGRES_PASSWORD"] == "pw"
+    assert postgres["environment"]["POSTGRES_HOST_AUTH_METHOD"] == "scram-sha-256"
+    assert "postgresql+psycopg://starforge:pw@127.0.0.1:5432/" in with_db["configs"]["control"]["content"]
 
 
 def test_tls_override_serves_the_front_door_with_tls() -> None:
