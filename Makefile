@@ -15,12 +15,12 @@ APT_PACKAGES := docker.io debootstrap xz-utils openssl curl iproute2 busybox chr
 	golang-go protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev
 
-.PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule sdk-wheel dist unit integration bench bench-ab soak clean web examples
+.PHONY: demo test setup frameworks venv system-deps gen gen-check lint layers contract proto-baseline check capsule sdk-wheel dist dist-deps unit integration bench bench-ab soak clean web examples
 
 demo: venv capsule web  ## a real training job, submitted with sf and followed to SUCCEEDED
 	$(BIN)/python -m tools.demo
 
-test: system-deps venv capsule frameworks web examples lint  ## everything CI runs
+test: system-deps venv capsule frameworks web examples dist-deps lint  ## everything CI runs
 	$(BIN)/python -m pytest -p no:cacheprovider -ra $(PYTEST_ARGS)
 
 setup: system-deps venv capsule frameworks
@@ -115,6 +115,18 @@ sdk-wheel: venv  ## the `starforge` SDK as a wheel for images in external observ
 #   dist/starforge-<version>-py3-none-any.whl, dist/starforge_sdk-<sdk version>-py3-none-any.whl
 dist: venv web  ## the platform and SDK wheels into dist/ (pip install dist/starforge-*.whl)
 	$(BIN)/python -m tools.build_dist --out dist
+
+# Every wheel `pip install 'dist/starforge-<version>-py3-none-any.whl[ui]'` needs, as requirements.lock
+# pins them, so that the install test (tests/integration/deploy/test_wheels.py) runs offline
+# (`pip install --no-index --find-links build/dist-deps`).
+DIST_DEPS := build/dist-deps/.downloaded
+$(DIST_DEPS): pyproject.toml requirements.lock | venv
+	mkdir -p build/dist-deps
+	$(BIN)/python -m tools.build_dist --print-requirements > build/dist-deps/requirements.txt
+	$(BIN)/pip download --quiet --dest build/dist-deps -c requirements.lock -r build/dist-deps/requirements.txt
+	touch $@
+
+dist-deps: $(DIST_DEPS)
 
 # The OCI images (deploy/images/<service>.Dockerfile): starforge-control, starforge-executor and
 # starforge-forgelet, FROM $(IMAGE_BASE), pip-installing dist/'s wheel and a wheelhouse made here

@@ -170,6 +170,8 @@ def start_executor(
     proc = subprocess.Popen(
         [
             sys.executable,
+            # installed: only the interpreter's packages (-P: not even the cwd); a checkout runs its own
+            *(() if REPO is not None else ("-P",)),
             "-m",
             "executor_svc.main",
             "--kind",
@@ -184,8 +186,8 @@ def start_executor(
         stdout=logf,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        # `python -m` puts its cwd first on sys.path: the checkout (as today), or the console's own
-        # private state dir when installed, never wherever `sf up` happened to be run.
+        # `python -m` puts its cwd first on sys.path (unless -P): the checkout, as always; installed,
+        # the console's own private state dir, never wherever `sf up` happened to be run.
         cwd=REPO if REPO is not None else state_dir,
         env={**os.environ, "STARFORGE_EXECUTOR_TOKEN": token},
     )

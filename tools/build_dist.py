@@ -127,23 +127,30 @@ def check_wheel(wheel: pathlib.Path, runner: str) -> None:
         raise DistError(f"{wheel.name} lacks {', '.join(missing)}")
 
 
-def build(out: pathlib.Path, *, web_dist: pathlib.Path = WEB_DIST) -> list[pathlib.Path]:
-    """Build both wheels into `out`; returns their paths (platform wheel first)."""
+def requirements() -> list[str]:
+    """What `pip install 'starforge[ui]'` needs: pyproject.toml's dependencies and the ui extra."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["ui"]]
+
+
+def build(out: pathlib.Path, *, stage: pathlib.Path = STAGE, web_dist: pathlib.Path = WEB_DIST) -> list[pathlib.Path]:
+    """Build both wheels into `out` (staging in `stage`, emptied first); returns their paths,
+    the platform wheel first."""
     capsule_build.build(CAPSULE_OUT, WHEELHOUSE)  # a no-op when build/capsule is current
-    if STAGE.exists():
-        shutil.rmtree(STAGE)
-    STAGE.mkdir(parents=True)
-    stage_sources(STAGE)
-    if (STAGE / ASSETS).exists():
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    stage_sources(stage)
+    if (stage / ASSETS).exists():
         raise DistError(f"{ASSETS} exists in the sources; it is made by `make dist` only")
-    runner = stage_capsule(CAPSULE_OUT, STAGE / ASSETS / "capsule")
-    stage_web(web_dist, STAGE / ASSETS / "web")
+    runner = stage_capsule(CAPSULE_OUT, stage / ASSETS / "capsule")
+    stage_web(web_dist, stage / ASSETS / "web")
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("starforge-*.whl"), *out.glob(f"{sdk_wheel.DIST}-*.whl")]:
         old.unlink()
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(STAGE)],
+         "--wheel-dir", str(out), str(stage)],
         capture_output=True,
         text=True,
         check=False,
@@ -160,7 +167,15 @@ def build(out: pathlib.Path, *, web_dist: pathlib.Path = WEB_DIST) -> list[pathl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.build_dist", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "dist", help="directory for the wheels")
+    parser.add_argument(
+        "--print-requirements",
+        action="store_true",
+        help="print what the platform wheel with its [ui] extra requires, one a line, and build nothing",
+    )
     args = parser.parse_args(argv)
+    if args.print_requirements:
+        print("\n".join(requirements()))
+        return 0
     try:
         wheels = build(args.out.resolve())
     except (DistError, BuildError) as exc:
