@@ -128,6 +128,14 @@ $(DIST_DEPS): pyproject.toml requirements.lock | venv
 
 dist-deps: $(DIST_DEPS)
 
+# The OCI images (deploy/images/<service>.Dockerfile): starforge-control, starforge-executor and
+# starforge-forgelet, FROM $(IMAGE_BASE), pip-installing dist/'s wheel and a wheelhouse made here
+# (no registry needed in the build; tools/build_images.sh). docs/deploy-compose.md runs them.
+.PHONY: images
+IMAGE_BASE ?= python:3.11-slim-bookworm
+images: dist  ## the service images on $$DOCKER_HOST's engine (IMAGE_BASE=..., IMAGE_TAG=...)
+	IMAGE_BASE=$(IMAGE_BASE) PIP=$(BIN)/pip PYTHON=$(BIN)/python tools/build_images.sh
+
 unit: venv frameworks
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit
 
