@@ -7,8 +7,9 @@ the reconciler leaves them alone, and an ended attempt still takes metrics withi
 grace). Two load-generator processes hold 50 `IngestService.Report` streams each (real gRPC,
 each with its run token) and send what the capsule's sender sends for a run that reports fast: records
 of 1,000 points (the runner's coalescing limit: 10 metrics x 100 steps, in columns, as
-`Reporter.metrics` writes them), 50 records per batch (under the sender's 1 MiB batch), at most 2
-batches in flight per stream. A point counts once the server acknowledged its record (acks follow the
+`Reporter.metrics` writes them), 10 records per batch (180 KB), at most 2 batches (20,000 points) in
+flight per stream, about the 10,000 points in flight per stream of the sender's window of 1,024
+records of 10 points. A point counts once the server acknowledged its record (acks follow the
 commit). The stored point count is checked at the end.
 
 Peer: a local MLflow tracking server (`mlflow server`, SQLite backend store, its default workers),
@@ -39,7 +40,7 @@ PROCS = 2
 METRICS = 10
 STEPS_PER_RECORD = 100
 POINTS_PER_RECORD = METRICS * STEPS_PER_RECORD
-RECORDS_PER_BATCH = 50
+RECORDS_PER_BATCH = 10
 WINDOW_RECORDS = 2 * RECORDS_PER_BATCH
 WARMUP_S = 1.0 if QUICK else 2.0
 MEASURE_S = 3.0 if QUICK else 10.0
@@ -95,7 +96,7 @@ NAMES = [f"train/metric_{k}" for k in range(METRICS)]
 def _batch(attempt_id: str, first_seq: int, stamp: timestamp_pb2.Timestamp) -> pb.ReportRequest:
     req = pb.ReportRequest(attempt_id=attempt_id)
     now = stamp.seconds + stamp.nanos / 1e9
-    times = [now] * STEPS_PER_RECORD
+    times = [now + i * 1e-4 for i in range(STEPS_PER_RECORD)]  # each step reported at its own time
     for i in range(RECORDS_PER_BATCH):
         seq = first_seq + i
         rec = req.records.add(seq=seq)

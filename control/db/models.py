@@ -219,8 +219,9 @@ class MetricPoint(Base):
 
 class MetricChunk(Base):
     """Points of one metric of one attempt stored by one ingest batch, in columns: little-endian
-    int64 steps, float64 values and float64 times (epoch seconds), `points` of each. Every point
-    stored since migration 0010 is here; metric_points holds the points stored before it."""
+    int64 steps (empty when they are first_step, first_step + stride, ..., last_step), float64
+    values and float64 times (epoch seconds), `points` of each. Every point stored since
+    migration 0010 is here; metric_points holds the points stored before it."""
 
     __tablename__ = "metric_chunks"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

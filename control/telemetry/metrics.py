@@ -77,16 +77,37 @@ class Columns:
         return out
 
 
+def _step_data(steps: list[int], first: int, last: int) -> bytes:
+    """The packed steps; empty when they are first, first + stride, ..., last (the usual series:
+    one point per step, or one every few steps), which the chunk's first/last/points describe."""
+    n = len(steps)
+    if n == 1:
+        return b""
+    stride, rest = divmod(last - first, n - 1)
+    if stride > 0 and not rest and steps[0] == first and steps == list(range(first, last + 1, stride)):
+        return b""
+    return _pack(array("q", steps))
+
+
+def _steps_of(data: bytes, first: int, last: int, points: int) -> Sequence[int]:
+    if data:
+        return _unpack("q", data)
+    if points == 1:
+        return [first]
+    return range(first, last + 1, (last - first) // (points - 1))
+
+
 def append(s: Session, job_id: str, attempt_number: int, columns: Columns) -> None:
     """Store the points of `columns` (one chunk row per metric name), in the session's transaction."""
     rows = []
     for name, (steps, values, times) in columns.by_name.items():
         if not steps:
             continue
+        first, last = min(steps), max(steps)
         rows.append(
             (
-                job_id, attempt_number, name, min(steps), max(steps), len(steps),
-                _pack(array("q", steps)), _pack(array("d", values)), _pack(array("d", times)),
+                job_id, attempt_number, name, first, last, len(steps),
+                _step_data(steps, first, last), _pack(array("d", values)), _pack(array("d", times)),
             )
         )  # fmt: skip
     insert_rows(
@@ -142,15 +163,16 @@ def series(
         found[name][attempt][step] = (value, at)
 
     chunks = select(
-        m.MetricChunk.name, m.MetricChunk.attempt_number, m.MetricChunk.step_data, m.MetricChunk.value_data,
-        m.MetricChunk.time_data,
+        m.MetricChunk.name, m.MetricChunk.attempt_number, m.MetricChunk.first_step, m.MetricChunk.last_step,
+        m.MetricChunk.points, m.MetricChunk.step_data, m.MetricChunk.value_data, m.MetricChunk.time_data,
     ).where(m.MetricChunk.job_id == job_id)  # fmt: skip
     if names:
         chunks = chunks.where(m.MetricChunk.name.in_(list(names)))
     if after_step > 0:
         chunks = chunks.where(m.MetricChunk.last_step > after_step)
-    for name, attempt, step_data, value_data, time_data in s.execute(chunks.order_by(m.MetricChunk.id)):
-        steps = _unpack("q", step_data)
+    rows = s.execute(chunks.order_by(m.MetricChunk.id))
+    for name, attempt, first, last, count_, step_data, value_data, time_data in rows:
+        steps = _steps_of(step_data, first, last, count_)
         points = zip(_unpack("d", value_data), _unpack("d", time_data), strict=True)
         into = found[name][attempt]
         if after_step > 0:

@@ -124,3 +124,23 @@ def test_latest_attempt_wins_and_points_stored_before_the_columns_are_read(db: D
     db.run_sync(lambda s: metrics.append(s, job_id, 2, later))
     assert points_of(db, job_id) == {"loss": [(1, 9.0), (2, 0.8), (3, 0.6), (4, 0.5)]}
     assert db.run_sync(lambda s: metrics.count(s, job_id)) == 7
+
+
+def test_steps_of_any_shape_read_back(db: Database) -> None:
+    aid = new_attempt(db)
+    job_id = aid.split(".")[0]
+    rec = columns_record(
+        1,
+        col("every10", [10, 20, 30, 40], [1.0, 2.0, 3.0, 4.0]),
+        col("one", [7], [7.0]),
+        col("unordered", [5, 3, 9, 3], [5.0, 3.0, 9.0, 3.5]),
+        col("repeated", [2, 2], [1.0, 2.0]),
+    )
+    db.run_sync(lambda s: ingest.apply_records(s, aid, [rec], scope_attempt_id=None))
+    assert points_of(db, job_id) == {
+        "every10": [(10, 1.0), (20, 2.0), (30, 3.0), (40, 4.0)],
+        "one": [(7, 7.0)],
+        "unordered": [(3, 3.5), (5, 5.0), (9, 9.0)],
+        "repeated": [(2, 2.0)],
+    }
+    assert points_of(db, job_id, names=["every10"], after_step=25) == {"every10": [(30, 3.0), (40, 4.0)]}
