@@ -115,7 +115,7 @@ export const LogChunkSchema: GenMessage<LogChunk> = /*@__PURE__*/
 
 /**
  * MetricBatch is points reported together (one starforge.report call or several).
- * A record holds at most the console's max_metric_points_per_record points (points and series
+ * A record holds at most the console's max_metric_points_per_record points (points and columns
  * together); what is over is stored cut, with a system line in the job's log.
  *
  * @generated from message starforge.ingest.v1.MetricBatch

@@ -128,7 +128,7 @@ default_message_pool.register_message("starforge.ingest.v1", "LogChunk", LogChun
 class MetricBatch(betterproto2.Message):
     """
     MetricBatch is points reported together (one starforge.report call or several).
-    A record holds at most the console's max_metric_points_per_record points (points and series
+    A record holds at most the console's max_metric_points_per_record points (points and columns
     together); what is over is stored cut, with a system line in the job's log.
     """
 
