@@ -128,11 +128,14 @@ def append(s: Session, job_id: str, attempt_number: int, columns: Columns) -> No
     )
 
 
-def count(s: Session, job_id: str) -> int:
-    """How many points are stored for a job (every attempt, both stores)."""
-    chunked = s.scalar(select(func.coalesce(func.sum(m.MetricChunk.points), 0)).where(m.MetricChunk.job_id == job_id))
-    rows = s.scalar(select(func.count()).select_from(m.MetricPoint).where(m.MetricPoint.job_id == job_id))
-    return int(chunked or 0) + int(rows or 0)
+def count(s: Session, job_id: str, name: str | None = None) -> int:
+    """How many points are stored for a job (every attempt, both stores), of one metric or all."""
+    chunked = select(func.coalesce(func.sum(m.MetricChunk.points), 0)).where(m.MetricChunk.job_id == job_id)
+    rows = select(func.count()).select_from(m.MetricPoint).where(m.MetricPoint.job_id == job_id)
+    if name is not None:
+        chunked = chunked.where(m.MetricChunk.name == name)
+        rows = rows.where(m.MetricPoint.name == name)
+    return int(s.scalar(chunked) or 0) + int(s.scalar(rows) or 0)
 
 
 def _downsample(steps: list[int], max_points: int) -> list[int]:
