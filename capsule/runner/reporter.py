@@ -83,7 +83,17 @@ class Reporter:
         return self.log(LogStream.SYSTEM, [text])
 
     def metrics(self, points: Iterable[job.MetricPoint]) -> int:
-        return self._emit(ingest.Record(metrics=ingest.MetricBatch(points=list(points))))
+        """One record of `points`, sent in columns (one MetricColumns per name, in the order
+        reported): the console decodes packed arrays instead of a message per point."""
+        columns: dict[str, ingest.MetricColumns] = {}
+        for p in points:
+            col = columns.get(p.name)
+            if col is None:
+                col = columns[p.name] = ingest.MetricColumns(name=p.name)
+            col.steps.append(p.step)
+            col.values.append(p.value)
+            col.times.append(p.time.timestamp() if p.time is not None else 0.0)
+        return self._emit(ingest.Record(metrics=ingest.MetricBatch(columns=list(columns.values()))))
 
     def samples(self, samples: Iterable[job.Sample]) -> int:
         return self._emit(ingest.Record(samples=ingest.SampleBatch(samples=list(samples))))

@@ -259,6 +259,26 @@ class MetricPoint(Base):
     __table_args__ = (Index("ix_metric_points_job_name_step", "job_id", "name", "step"),)
 
 
+class MetricChunk(Base):
+    """Points of one metric of one attempt stored by one ingest batch, in columns: little-endian
+    int64 steps (empty when they are first_step, first_step + stride, ..., last_step), float64
+    values and float64 times (epoch seconds), `points` of each. Every point stored since
+    migration 0010 is here; metric_points holds the points stored before it."""
+
+    __tablename__ = "metric_chunks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32))
+    attempt_number: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(200))
+    first_step: Mapped[int] = mapped_column(BigInteger)  # the smallest step of the chunk
+    last_step: Mapped[int] = mapped_column(BigInteger)  # the largest
+    points: Mapped[int] = mapped_column(Integer)
+    step_data: Mapped[bytes] = mapped_column(LargeBinary)
+    value_data: Mapped[bytes] = mapped_column(LargeBinary)
+    time_data: Mapped[bytes] = mapped_column(LargeBinary)
+    __table_args__ = (Index("ix_metric_chunks_job_name", "job_id", "name"),)
+
+
 class Sample(Base):
     __tablename__ = "samples"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -18,7 +18,7 @@ from starforge_api.job.v1 import telemetry_pb2
 
 from control.config import ControlConfig
 
-# The metric_points.name column's width: a longer name would fail the whole batch on PostgreSQL.
+# The metric name columns' width (metric_chunks, metric_points): a longer name would fail the whole batch on PostgreSQL.
 MAX_METRIC_NAME_CHARS = 200
 MAX_SAMPLE_EXTRA_ENTRIES = 64
 

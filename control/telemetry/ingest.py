@@ -155,6 +155,64 @@ def _bounded_metric_rows(
     return rows, nans, notes
 
 
+def _add_columns(
+    into: metrics.Columns,
+    entries: Sequence[pb.MetricColumns],
+    at: float,
+    budget: int,
+    nans: list[tuple[str, int]],
+) -> list[str]:
+    """Add a record's MetricColumns to `into`, at most `budget` points; NaN values are left out
+    (named in `nans`). Returns the lines that say what was cut or dropped."""
+    notes = []
+    dropped = 0
+    limit = budget
+    for entry in entries:
+        name = entry.name
+        if len(name) > bounds.MAX_METRIC_NAME_CHARS:
+            notes.append(
+                f"starforge: metric points dropped: names are at most {bounds.MAX_METRIC_NAME_CHARS} "
+                f"characters (one began {name[:40]!r})"
+            )
+            continue
+        steps, values = entry.steps[:], entry.values[:]
+        n = len(steps)
+        if len(values) != n:
+            n = min(n, len(values))
+            notes.append(
+                f"starforge: metric {name!r}: {len(steps)} steps and {len(values)} values; "
+                f"the first {n} points were stored"
+            )
+            del steps[n:], values[n:]
+        if n > budget:
+            dropped += n - budget
+            n = budget
+            del steps[n:], values[n:]
+        if not n:
+            continue
+        budget -= n
+        times = entry.times[:]
+        if len(times) != len(entry.steps):
+            times = [at] * n
+        else:
+            del times[n:]
+            # a time of 0 (none) or out of a Timestamp's range, or NaN, is the record's time (the
+            # usual column, all after 1970 and in range, is checked in three passes at C speed)
+            if not (min(times) > 0.0 and max(times) <= MAX_SECONDS) or math.isnan(sum(times)):
+                times = [t if t and MIN_SECONDS <= t <= MAX_SECONDS else at for t in times]
+        if math.isnan(sum(values)):  # a NaN (or inf - inf): keep the points that are numbers
+            keep = [i for i, v in enumerate(values) if not math.isnan(v)]
+            nans += [(name, steps[i]) for i, v in enumerate(values) if math.isnan(v)]
+            steps, values, times = [steps[i] for i in keep], [values[i] for i in keep], [times[i] for i in keep]
+        into.add(name, steps, values, times)
+    if dropped:
+        notes.append(
+            f"starforge: a metrics record carried more than {limit} values; the first {limit} were "
+            f"stored, {dropped} dropped"
+        )
+    return notes
+
+
 def _masked_samples(samples: Sequence[telemetry_pb2.Sample], mask: Callable[[str], str]) -> list[telemetry_pb2.Sample]:
     out = []
     for sample in samples:
@@ -273,16 +331,15 @@ def apply_records(
     check_outcome_open(attempt, records, cur.acked_seq)
     out = Applied(acked_seq=cur.acked_seq, job_id=job.id)
     writer = _LogWriter(job, limits)
-    metric_rows: list[tuple[int, str, float, float]] = []
+    columns = metrics.Columns()
 
     def flush() -> None:
-        nonlocal metric_rows
         log_rows = writer.take()
         cur.next_log_offset = logs.append(s, job.id, attempt.number, cur.next_log_offset, log_rows)
-        metrics.append(s, job.id, attempt.number, metric_rows)
+        points = columns.take()
+        metrics.append(s, job.id, attempt.number, points)
         out.logs_added += len(log_rows)
-        out.metrics_added += len(metric_rows)
-        metric_rows = []
+        out.metrics_added += points.count
 
     for rec in records:
         if rec.seq <= cur.acked_seq:
@@ -298,12 +355,20 @@ def apply_records(
             for line in rec.log_chunk.lines:
                 writer.add(rec.log_chunk.stream, at, mask(line))
         elif kind == "metrics":
-            rows, nans, notes = _metric_rows(rec.metrics.points, at, limits)
+            batch = rec.metrics
+            nans: list[tuple[str, int]] = []
+            notes: list[str] = []
+            if batch.points:
+                rows, nan_points, notes = _metric_rows(batch.points, at, limits)
+                columns.add_rows(rows)
+                nans += [(p.name, p.step) for p in nan_points]
+            if batch.columns:
+                left = max(0, limits.max_points_per_record - len(batch.points))
+                notes += _add_columns(columns, batch.columns, at, left, nans)
             for note in notes:
                 writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, note)
-            metric_rows.extend(rows)
-            if nans:  # a diverged loss: SQLite cannot store NaN (it would refuse the whole batch)
-                where = ", ".join(f"{p.name} at step {p.step}" for p in nans[:3])
+            if nans:  # a diverged loss: not stored (a chart cannot draw it, SQLite cannot hold it)
+                where = ", ".join(f"{name} at step {step}" for name, step in nans[:3])
                 line = f"starforge: metric value NaN not stored: {where}"
                 writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, line)
         elif kind == "samples":

@@ -1,11 +1,21 @@
-"""The metric store: scalar points per job, name and step; series read back downsampled."""
+"""The metric store: scalar points per job, name and step, stored in columns; series read back downsampled.
+
+A batch of ingest writes one `metric_chunks` row per (attempt, metric name): packed little-endian
+arrays of its steps (int64), values and times (float64, epoch seconds), in the order reported. The
+row is written in the batch's transaction, with the attempt's ingest cursor, so a point is stored
+exactly once whatever the console or the capsule survive, and readers see it as soon as the batch
+is acknowledged. Points stored before the columns existed stay in `metric_points` (one row each)
+and are read with them.
+"""
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections import defaultdict
 from collections.abc import Sequence
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 from starforge_api.job.v1 import telemetry_pb2
 
@@ -13,45 +23,177 @@ from control.db import models as m
 from control.db.engine import insert_rows
 from control.ledger.convert import ts
 
+_SWAP = sys.byteorder != "little"  # the stored arrays are little-endian on every machine
 
-def append(s: Session, job_id: str, attempt_number: int, points: Sequence[tuple[int, str, float, float]]) -> None:
-    """Insert (step, name, value, time) points."""
+
+def _pack(values: array) -> bytes:  # type: ignore[type-arg]
+    if _SWAP:
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _unpack(typecode: str, data: bytes) -> array:  # type: ignore[type-arg]
+    out = array(typecode)
+    out.frombytes(data)
+    if _SWAP:
+        out.byteswap()
+    return out
+
+
+class Columns:
+    """Points of one ingest batch, per metric name, in the order reported."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, tuple[list[int], list[float], list[float]]] = {}
+        self.count = 0
+
+    def add(self, name: str, steps: list[int], values: list[float], times: list[float]) -> None:
+        """Append points (three lists of one length) of `name`."""
+        cols = self.by_name.get(name)
+        if cols is None:
+            self.by_name[name] = (steps, values, times)
+        else:
+            cols[0].extend(steps)
+            cols[1].extend(values)
+            cols[2].extend(times)
+        self.count += len(steps)
+
+    def add_rows(self, rows: Sequence[tuple[int, str, float, float]]) -> None:
+        """Append (step, name, value, time) points."""
+        for step, name, value, at in rows:
+            cols = self.by_name.get(name)
+            if cols is None:
+                cols = self.by_name[name] = ([], [], [])
+            cols[0].append(step)
+            cols[1].append(value)
+            cols[2].append(at)
+        self.count += len(rows)
+
+    def take(self) -> Columns:
+        out = Columns()
+        out.by_name, out.count = self.by_name, self.count
+        self.by_name, self.count = {}, 0
+        return out
+
+
+def _step_data(steps: list[int], first: int, last: int) -> bytes:
+    """The packed steps; empty when they are first, first + stride, ..., last (the usual series:
+    one point per step, or one every few steps), which the chunk's first/last/points describe."""
+    n = len(steps)
+    if n == 1:
+        return b""
+    stride, rest = divmod(last - first, n - 1)
+    if stride > 0 and not rest and steps[0] == first and steps == list(range(first, last + 1, stride)):
+        return b""
+    return _pack(array("q", steps))
+
+
+def _steps_of(data: bytes, first: int, last: int, points: int) -> Sequence[int]:
+    if data:
+        return _unpack("q", data)
+    if points == 1:
+        return [first]
+    return range(first, last + 1, (last - first) // (points - 1))
+
+
+def append(s: Session, job_id: str, attempt_number: int, columns: Columns) -> None:
+    """Store the points of `columns` (one chunk row per metric name), in the session's transaction."""
+    rows = []
+    for name, (steps, values, times) in columns.by_name.items():
+        if not steps:
+            continue
+        first, last = min(steps), max(steps)
+        rows.append(
+            (
+                job_id, attempt_number, name, first, last, len(steps),
+                _step_data(steps, first, last), _pack(array("d", values)), _pack(array("d", times)),
+            )
+        )  # fmt: skip
     insert_rows(
         s,
-        m.MetricPoint.__tablename__,
-        ("job_id", "attempt_number", "step", "name", "value", "at"),
-        [(job_id, attempt_number, st, n, v, t) for st, n, v, t in points],
+        m.MetricChunk.__tablename__,
+        (
+            "job_id",
+            "attempt_number",
+            "name",
+            "first_step",
+            "last_step",
+            "points",
+            "step_data",
+            "value_data",
+            "time_data",
+        ),
+        rows,
     )
 
 
-def _downsample(points: list[m.MetricPoint], max_points: int) -> list[m.MetricPoint]:
-    if max_points <= 0 or len(points) <= max_points:
-        return points
-    stride = (len(points) - 1) / (max_points - 1)
-    return [points[round(i * stride)] for i in range(max_points)]
+def count(s: Session, job_id: str, name: str | None = None) -> int:
+    """How many points are stored for a job (every attempt, both stores), of one metric or all."""
+    chunked = select(func.coalesce(func.sum(m.MetricChunk.points), 0)).where(m.MetricChunk.job_id == job_id)
+    rows = select(func.count()).select_from(m.MetricPoint).where(m.MetricPoint.job_id == job_id)
+    if name is not None:
+        chunked = chunked.where(m.MetricChunk.name == name)
+        rows = rows.where(m.MetricPoint.name == name)
+    return int(s.scalar(chunked) or 0) + int(s.scalar(rows) or 0)
+
+
+def _downsample(steps: list[int], max_points: int) -> list[int]:
+    if max_points <= 0 or len(steps) <= max_points:
+        return steps
+    stride = (len(steps) - 1) / (max_points - 1)
+    return [steps[round(i * stride)] for i in range(max_points)]
 
 
 def series(
     s: Session, job_id: str, names: Sequence[str] = (), *, after_step: int = 0, max_points: int = 0
 ) -> list[telemetry_pb2.MetricSeries]:
-    """One series per metric name, sorted by name. When a step was reported by several attempts
-    (a resumed run repeating steps after its checkpoint), the latest attempt's value wins."""
-    stmt = select(m.MetricPoint).where(m.MetricPoint.job_id == job_id)
+    """One series per metric name, sorted by name. When a step was reported several times (a
+    resumed run repeating steps after its checkpoint), the latest attempt's value wins, and within
+    an attempt the one reported last."""
+    # name -> attempt -> step -> (value, time); attempts are applied in order at the end
+    found: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(lambda: defaultdict(dict))
+
+    old = select(
+        m.MetricPoint.name, m.MetricPoint.attempt_number, m.MetricPoint.step, m.MetricPoint.value, m.MetricPoint.at
+    )
+    old = old.where(m.MetricPoint.job_id == job_id)
     if names:
-        stmt = stmt.where(m.MetricPoint.name.in_(list(names)))
+        old = old.where(m.MetricPoint.name.in_(list(names)))
     if after_step > 0:
-        stmt = stmt.where(m.MetricPoint.step > after_step)
-    stmt = stmt.order_by(m.MetricPoint.name, m.MetricPoint.step, m.MetricPoint.attempt_number, m.MetricPoint.id)
-    by_name: dict[str, dict[int, m.MetricPoint]] = defaultdict(dict)
-    for p in s.scalars(stmt):
-        by_name[p.name][p.step] = p
+        old = old.where(m.MetricPoint.step > after_step)
+    for name, attempt, step, value, at in s.execute(old.order_by(m.MetricPoint.id)):
+        found[name][attempt][step] = (value, at)
+
+    chunks = select(
+        m.MetricChunk.name, m.MetricChunk.attempt_number, m.MetricChunk.first_step, m.MetricChunk.last_step,
+        m.MetricChunk.points, m.MetricChunk.step_data, m.MetricChunk.value_data, m.MetricChunk.time_data,
+    ).where(m.MetricChunk.job_id == job_id)  # fmt: skip
+    if names:
+        chunks = chunks.where(m.MetricChunk.name.in_(list(names)))
+    if after_step > 0:
+        chunks = chunks.where(m.MetricChunk.last_step > after_step)
+    rows = s.execute(chunks.order_by(m.MetricChunk.id))
+    for name, attempt, first, last, count_, step_data, value_data, time_data in rows:
+        steps = _steps_of(step_data, first, last, count_)
+        points = zip(_unpack("d", value_data), _unpack("d", time_data), strict=True)
+        into = found[name][attempt]
+        if after_step > 0:
+            into.update((st, p) for st, p in zip(steps, points, strict=True) if st > after_step)
+        else:
+            into.update(zip(steps, points, strict=True))
+
     out = []
-    for name in sorted(by_name):
-        pts = _downsample(sorted(by_name[name].values(), key=lambda p: p.step), max_points)
+    for name in sorted(found):
+        by_attempt = found[name]
+        merged: dict[int, tuple[float, float]] = {}
+        for attempt in sorted(by_attempt):
+            merged.update(by_attempt[attempt])
         ser = telemetry_pb2.MetricSeries(name=name)
-        for p in pts:
-            point = ser.points.add(step=p.step, name=p.name, value=p.value)
-            t = ts(p.at)
+        for step in _downsample(sorted(merged), max_points):
+            value, at = merged[step]
+            point = ser.points.add(step=step, name=name, value=value)
+            t = ts(at)
             if t is not None:
                 point.time.CopyFrom(t)
         out.append(ser)

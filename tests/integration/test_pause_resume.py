@@ -69,8 +69,8 @@ async def test_pause_then_resume_continues_from_the_checkpoint(tmp_path: pathlib
         # the second attempt's first step is the one after the checkpoint, not step 1
         first_step_2 = await c.app.ctx.db.run(
             lambda s: s.scalar(
-                select(func.min(m.MetricPoint.step)).where(
-                    m.MetricPoint.job_id == job.job_id, m.MetricPoint.attempt_number == 2
+                select(func.min(m.MetricChunk.first_step)).where(
+                    m.MetricChunk.job_id == job.job_id, m.MetricChunk.attempt_number == 2
                 )
             )
         )

@@ -24,7 +24,6 @@ from typing import Any
 
 import grpc
 import yaml
-from sqlalchemy import func, select
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
 from starforge_api.job.v1 import job_pb2
@@ -36,6 +35,7 @@ from control.app import start_control
 from control.config import ControlConfig, FleetConfig, InventoryConfig
 from control.db import models as m
 from control.db.engine import Database
+from control.telemetry import metrics
 from tests.integration.console import EXECUTOR_TOKEN, Console, executor_yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -328,22 +328,15 @@ async def assert_reported_once(c: Console, db: Database, job_ids: Iterable[str],
     """Every job's log holds `line 1..steps` once, in order; its metric `loss` has steps 1..steps once,
     as stored rows (not only as the API dedups them)."""
     want_lines = [f"line {i}" for i in range(1, steps + 1)]
-    for job_id in job_ids:
+    ids = list(job_ids)
+    for job_id in ids:
         lines = [ln for ln in await c.logs(job_id) if ln.startswith("line ")]
         assert lines == want_lines, f"{job_id}: {len(lines)} lines, first differences {_diff(lines, want_lines)}"
         r = await c.jobs.GetJobMetrics(ctl.GetJobMetricsRequest(job_id=job_id, names=["loss"]), metadata=c.md)
         got = [p.step for s in r.series for p in s.points]
         assert got == list(range(1, steps + 1)), f"{job_id}: metric steps {got[:5]}... ({len(got)})"
-    counts = await db.run(
-        lambda s: dict(
-            s.execute(
-                select(m.MetricPoint.job_id, func.count())
-                .where(m.MetricPoint.name == "loss")
-                .group_by(m.MetricPoint.job_id)
-            ).all()
-        )
-    )
-    for job_id in job_ids:
+    counts = await db.run(lambda s: {job_id: metrics.count(s, job_id, "loss") for job_id in ids})
+    for job_id in ids:
         assert counts.get(job_id) == steps, f"{job_id}: {counts.get(job_id)} stored points, want {steps}"
 
 

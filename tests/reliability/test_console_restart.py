@@ -16,6 +16,7 @@ from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.app import start_control
+from control.telemetry import metrics
 from tests.integration.console import console
 
 STEPS = 120
@@ -73,11 +74,7 @@ async def test_console_restart_loses_and_duplicates_nothing(tmp_path: pathlib.Pa
         r = await c.jobs.GetJobMetrics(ctl.GetJobMetricsRequest(job_id=job.job_id, names=["loss"]), metadata=c.md)
         steps = [p.step for s in r.series for p in s.points]
         assert steps == list(range(1, STEPS + 1))
-        stored = await c.app.ctx.db.run(
-            lambda s: s.execute(
-                __import__("sqlalchemy").text("select count(*) from metric_points where job_id = :j"), {"j": job.job_id}
-            ).scalar()
-        )
+        stored = await c.app.ctx.db.run(lambda s: metrics.count(s, job.job_id))
         assert stored == STEPS, "a resent batch must not be stored twice"
         lines = [ln for ln in await c.logs(job.job_id) if ln.startswith("line ")]
         assert lines == [f"line {i}" for i in range(1, STEPS + 1)]

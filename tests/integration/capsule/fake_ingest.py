@@ -120,7 +120,21 @@ class FakeIngest(pb_grpc.IngestServiceServicer):
         return self.lines(tpb.LOG_STREAM_SYSTEM)
 
     def points(self) -> list[tpb.MetricPoint]:
-        return [p for r in self.ordered() if r.WhichOneof("body") == "metrics" for p in r.metrics.points]
+        """Every metric point reported, as MetricPoint messages: a record's `points`, then its
+        `columns` one name after the other."""
+        out: list[tpb.MetricPoint] = []
+        for r in self.ordered():
+            if r.WhichOneof("body") != "metrics":
+                continue
+            out.extend(r.metrics.points)
+            for col in r.metrics.columns:
+                times = list(col.times) or [0.0] * len(col.steps)
+                for step, value, at in zip(col.steps, col.values, times, strict=True):
+                    point = tpb.MetricPoint(step=step, name=col.name, value=value)
+                    if at:
+                        point.time.FromNanoseconds(round(at * 1e9))
+                    out.append(point)
+        return out
 
     def samples(self) -> list[tpb.Sample]:
         return [s for r in self.ordered() if r.WhichOneof("body") == "samples" for s in r.samples.samples]

@@ -157,8 +157,8 @@ async def test_trl_dpo_pauses_and_resumes_from_its_checkpoint(tmp_path: pathlib.
         # `total` more steps)
         first_step_2 = await c.app.ctx.db.run(
             lambda s: s.scalar(
-                select(func.min(m.MetricPoint.step)).where(
-                    m.MetricPoint.job_id == job_id, m.MetricPoint.attempt_number == 2
+                select(func.min(m.MetricChunk.first_step)).where(
+                    m.MetricChunk.job_id == job_id, m.MetricChunk.attempt_number == 2
                 )
             )
         )

@@ -27,7 +27,7 @@ from starforge_api.job.v1 import lifecycle_event_pb2 as starforge_dot_job_dot_v1
 from starforge_api.job.v1 import telemetry_pb2 as starforge_dot_job_dot_v1_dot_telemetry__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(starforge/ingest/v1/ingest_service.proto\x12\x13starforge.ingest.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&starforge/job/v1/lifecycle_event.proto\x1a starforge/job/v1/telemetry.proto\"\xce\x02\n\x06Record\x12\x10\n\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12@\n\tlifecycle\x18\x03 \x01(\x0b\x32 .starforge.job.v1.LifecycleEventH\x00R\tlifecycle\x12<\n\tlog_chunk\x18\x04 \x01(\x0b\x32\x1d.starforge.ingest.v1.LogChunkH\x00R\x08logChunk\x12<\n\x07metrics\x18\x05 \x01(\x0b\x32 .starforge.ingest.v1.MetricBatchH\x00R\x07metrics\x12<\n\x07samples\x18\x06 \x01(\x0b\x32 .starforge.ingest.v1.SampleBatchH\x00R\x07samplesB\x06\n\x04\x62ody\"U\n\x08LogChunk\x12\x33\n\x06stream\x18\x01 \x01(\x0e\x32\x1b.starforge.job.v1.LogStreamR\x06stream\x12\x14\n\x05lines\x18\x02 \x03(\tR\x05lines\"D\n\x0bMetricBatch\x12\x35\n\x06points\x18\x01 \x03(\x0b\x32\x1d.starforge.job.v1.MetricPointR\x06points\"A\n\x0bSampleBatch\x12\x32\n\x07samples\x18\x01 \x03(\x0b\x32\x18.starforge.job.v1.SampleR\x07samples\"e\n\rReportRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x35\n\x07records\x18\x02 \x03(\x0b\x32\x1b.starforge.ingest.v1.RecordR\x07records\"i\n\x0eReportResponse\x12\x1b\n\tacked_seq\x18\x01 \x01(\x03R\x08\x61\x63kedSeq\x12:\n\x06signal\x18\x02 \x01(\x0e\x32\".starforge.ingest.v1.ControlSignalR\x06signal\"1\n\x10GetCursorRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\"0\n\x11GetCursorResponse\x12\x1b\n\tacked_seq\x18\x01 \x01(\x03R\x08\x61\x63kedSeq*b\n\rControlSignal\x12\x1e\n\x1a\x43ONTROL_SIGNAL_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43ONTROL_SIGNAL_STOP\x10\x01\x12\x18\n\x14\x43ONTROL_SIGNAL_PAUSE\x10\x02\x32\xc2\x01\n\rIngestService\x12U\n\x06Report\x12\".starforge.ingest.v1.ReportRequest\x1a#.starforge.ingest.v1.ReportResponse(\x01\x30\x01\x12Z\n\tGetCursor\x12%.starforge.ingest.v1.GetCursorRequest\x1a&.starforge.ingest.v1.GetCursorResponseBd\n\x17\x64\x65v.starforge.ingest.v1P\x01Z1starforge.dev/gen/go/starforge/ingest/v1;ingestv1\xaa\x02\x13StarForge.Ingest.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(starforge/ingest/v1/ingest_service.proto\x12\x13starforge.ingest.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&starforge/job/v1/lifecycle_event.proto\x1a starforge/job/v1/telemetry.proto\"\xce\x02\n\x06Record\x12\x10\n\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12@\n\tlifecycle\x18\x03 \x01(\x0b\x32 .starforge.job.v1.LifecycleEventH\x00R\tlifecycle\x12<\n\tlog_chunk\x18\x04 \x01(\x0b\x32\x1d.starforge.ingest.v1.LogChunkH\x00R\x08logChunk\x12<\n\x07metrics\x18\x05 \x01(\x0b\x32 .starforge.ingest.v1.MetricBatchH\x00R\x07metrics\x12<\n\x07samples\x18\x06 \x01(\x0b\x32 .starforge.ingest.v1.SampleBatchH\x00R\x07samplesB\x06\n\x04\x62ody\"U\n\x08LogChunk\x12\x33\n\x06stream\x18\x01 \x01(\x0e\x32\x1b.starforge.job.v1.LogStreamR\x06stream\x12\x14\n\x05lines\x18\x02 \x03(\tR\x05lines\"\x82\x01\n\x0bMetricBatch\x12\x35\n\x06points\x18\x01 \x03(\x0b\x32\x1d.starforge.job.v1.MetricPointR\x06points\x12<\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\".starforge.ingest.v1.MetricColumnsR\x07\x63olumns\"g\n\rMetricColumns\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n\x05steps\x18\x02 \x03(\x03R\x05steps\x12\x16\n\x06values\x18\x03 \x03(\x01R\x06values\x12\x14\n\x05times\x18\x04 \x03(\x01R\x05times\"A\n\x0bSampleBatch\x12\x32\n\x07samples\x18\x01 \x03(\x0b\x32\x18.starforge.job.v1.SampleR\x07samples\"e\n\rReportRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\x12\x35\n\x07records\x18\x02 \x03(\x0b\x32\x1b.starforge.ingest.v1.RecordR\x07records\"i\n\x0eReportResponse\x12\x1b\n\tacked_seq\x18\x01 \x01(\x03R\x08\x61\x63kedSeq\x12:\n\x06signal\x18\x02 \x01(\x0e\x32\".starforge.ingest.v1.ControlSignalR\x06signal\"1\n\x10GetCursorRequest\x12\x1d\n\nattempt_id\x18\x01 \x01(\tR\tattemptId\"0\n\x11GetCursorResponse\x12\x1b\n\tacked_seq\x18\x01 \x01(\x03R\x08\x61\x63kedSeq*b\n\rControlSignal\x12\x1e\n\x1a\x43ONTROL_SIGNAL_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43ONTROL_SIGNAL_STOP\x10\x01\x12\x18\n\x14\x43ONTROL_SIGNAL_PAUSE\x10\x02\x32\xc2\x01\n\rIngestService\x12U\n\x06Report\x12\".starforge.ingest.v1.ReportRequest\x1a#.starforge.ingest.v1.ReportResponse(\x01\x30\x01\x12Z\n\tGetCursor\x12%.starforge.ingest.v1.GetCursorRequest\x1a&.starforge.ingest.v1.GetCursorResponseBd\n\x17\x64\x65v.starforge.ingest.v1P\x01Z1starforge.dev/gen/go/starforge/ingest/v1;ingestv1\xaa\x02\x13StarForge.Ingest.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,24 +35,26 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'starforge_api.ingest.v1.ing
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\027dev.starforge.ingest.v1P\001Z1starforge.dev/gen/go/starforge/ingest/v1;ingestv1\252\002\023StarForge.Ingest.V1'
-  _globals['_CONTROLSIGNAL']._serialized_start=1044
-  _globals['_CONTROLSIGNAL']._serialized_end=1142
+  _globals['_CONTROLSIGNAL']._serialized_start=1212
+  _globals['_CONTROLSIGNAL']._serialized_end=1310
   _globals['_RECORD']._serialized_start=173
   _globals['_RECORD']._serialized_end=507
   _globals['_LOGCHUNK']._serialized_start=509
   _globals['_LOGCHUNK']._serialized_end=594
-  _globals['_METRICBATCH']._serialized_start=596
-  _globals['_METRICBATCH']._serialized_end=664
-  _globals['_SAMPLEBATCH']._serialized_start=666
-  _globals['_SAMPLEBATCH']._serialized_end=731
-  _globals['_REPORTREQUEST']._serialized_start=733
-  _globals['_REPORTREQUEST']._serialized_end=834
-  _globals['_REPORTRESPONSE']._serialized_start=836
-  _globals['_REPORTRESPONSE']._serialized_end=941
-  _globals['_GETCURSORREQUEST']._serialized_start=943
-  _globals['_GETCURSORREQUEST']._serialized_end=992
-  _globals['_GETCURSORRESPONSE']._serialized_start=994
-  _globals['_GETCURSORRESPONSE']._serialized_end=1042
-  _globals['_INGESTSERVICE']._serialized_start=1145
-  _globals['_INGESTSERVICE']._serialized_end=1339
+  _globals['_METRICBATCH']._serialized_start=597
+  _globals['_METRICBATCH']._serialized_end=727
+  _globals['_METRICCOLUMNS']._serialized_start=729
+  _globals['_METRICCOLUMNS']._serialized_end=832
+  _globals['_SAMPLEBATCH']._serialized_start=834
+  _globals['_SAMPLEBATCH']._serialized_end=899
+  _globals['_REPORTREQUEST']._serialized_start=901
+  _globals['_REPORTREQUEST']._serialized_end=1002
+  _globals['_REPORTRESPONSE']._serialized_start=1004
+  _globals['_REPORTRESPONSE']._serialized_end=1109
+  _globals['_GETCURSORREQUEST']._serialized_start=1111
+  _globals['_GETCURSORREQUEST']._serialized_end=1160
+  _globals['_GETCURSORRESPONSE']._serialized_start=1162
+  _globals['_GETCURSORRESPONSE']._serialized_end=1210
+  _globals['_INGESTSERVICE']._serialized_start=1313
+  _globals['_INGESTSERVICE']._serialized_end=1507
 # @@protoc_insertion_point(module_scope)

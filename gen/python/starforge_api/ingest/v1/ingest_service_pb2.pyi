@@ -46,10 +46,24 @@ class LogChunk(_message.Message):
     def __init__(self, stream: _Optional[_Union[_telemetry_pb2.LogStream, str]] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetricBatch(_message.Message):
-    __slots__ = ("points",)
+    __slots__ = ("points", "columns")
     POINTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     points: _containers.RepeatedCompositeFieldContainer[_telemetry_pb2.MetricPoint]
-    def __init__(self, points: _Optional[_Iterable[_Union[_telemetry_pb2.MetricPoint, _Mapping]]] = ...) -> None: ...
+    columns: _containers.RepeatedCompositeFieldContainer[MetricColumns]
+    def __init__(self, points: _Optional[_Iterable[_Union[_telemetry_pb2.MetricPoint, _Mapping]]] = ..., columns: _Optional[_Iterable[_Union[MetricColumns, _Mapping]]] = ...) -> None: ...
+
+class MetricColumns(_message.Message):
+    __slots__ = ("name", "steps", "values", "times")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    TIMES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    steps: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    times: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, name: _Optional[str] = ..., steps: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ..., times: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SampleBatch(_message.Message):
     __slots__ = ("samples",)

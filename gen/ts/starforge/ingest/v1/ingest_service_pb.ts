@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file starforge/ingest/v1/ingest_service.proto.
  */
 export const file_starforge_ingest_v1_ingest_service: GenFile = /*@__PURE__*/
-  fileDesc("CihzdGFyZm9yZ2UvaW5nZXN0L3YxL2luZ2VzdF9zZXJ2aWNlLnByb3RvEhNzdGFyZm9yZ2UuaW5nZXN0LnYxIpwCCgZSZWNvcmQSCwoDc2VxGAEgASgDEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKCWxpZmVjeWNsZRgDIAEoCzIgLnN0YXJmb3JnZS5qb2IudjEuTGlmZWN5Y2xlRXZlbnRIABIyCglsb2dfY2h1bmsYBCABKAsyHS5zdGFyZm9yZ2UuaW5nZXN0LnYxLkxvZ0NodW5rSAASMwoHbWV0cmljcxgFIAEoCzIgLnN0YXJmb3JnZS5pbmdlc3QudjEuTWV0cmljQmF0Y2hIABIzCgdzYW1wbGVzGAYgASgLMiAuc3RhcmZvcmdlLmluZ2VzdC52MS5TYW1wbGVCYXRjaEgAQgYKBGJvZHkiRgoITG9nQ2h1bmsSKwoGc3RyZWFtGAEgASgOMhsuc3RhcmZvcmdlLmpvYi52MS5Mb2dTdHJlYW0SDQoFbGluZXMYAiADKAkiPAoLTWV0cmljQmF0Y2gSLQoGcG9pbnRzGAEgAygLMh0uc3RhcmZvcmdlLmpvYi52MS5NZXRyaWNQb2ludCI4CgtTYW1wbGVCYXRjaBIpCgdzYW1wbGVzGAEgAygLMhguc3RhcmZvcmdlLmpvYi52MS5TYW1wbGUiUQoNUmVwb3J0UmVxdWVzdBISCgphdHRlbXB0X2lkGAEgASgJEiwKB3JlY29yZHMYAiADKAsyGy5zdGFyZm9yZ2UuaW5nZXN0LnYxLlJlY29yZCJXCg5SZXBvcnRSZXNwb25zZRIRCglhY2tlZF9zZXEYASABKAMSMgoGc2lnbmFsGAIgASgOMiIuc3RhcmZvcmdlLmluZ2VzdC52MS5Db250cm9sU2lnbmFsIiYKEEdldEN1cnNvclJlcXVlc3QSEgoKYXR0ZW1wdF9pZBgBIAEoCSImChFHZXRDdXJzb3JSZXNwb25zZRIRCglhY2tlZF9zZXEYASABKAMqYgoNQ29udHJvbFNpZ25hbBIeChpDT05UUk9MX1NJR05BTF9VTlNQRUNJRklFRBAAEhcKE0NPTlRST0xfU0lHTkFMX1NUT1AQARIYChRDT05UUk9MX1NJR05BTF9QQVVTRRACMsIBCg1Jbmdlc3RTZXJ2aWNlElUKBlJlcG9ydBIiLnN0YXJmb3JnZS5pbmdlc3QudjEuUmVwb3J0UmVxdWVzdBojLnN0YXJmb3JnZS5pbmdlc3QudjEuUmVwb3J0UmVzcG9uc2UoATABEloKCUdldEN1cnNvchIlLnN0YXJmb3JnZS5pbmdlc3QudjEuR2V0Q3Vyc29yUmVxdWVzdBomLnN0YXJmb3JnZS5pbmdlc3QudjEuR2V0Q3Vyc29yUmVzcG9uc2VCZAoXZGV2LnN0YXJmb3JnZS5pbmdlc3QudjFQAVoxc3RhcmZvcmdlLmRldi9nZW4vZ28vc3RhcmZvcmdlL2luZ2VzdC92MTtpbmdlc3R2MaoCE1N0YXJGb3JnZS5Jbmdlc3QuVjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_starforge_job_v1_lifecycle_event, file_starforge_job_v1_telemetry]);
+  fileDesc("CihzdGFyZm9yZ2UvaW5nZXN0L3YxL2luZ2VzdF9zZXJ2aWNlLnByb3RvEhNzdGFyZm9yZ2UuaW5nZXN0LnYxIpwCCgZSZWNvcmQSCwoDc2VxGAEgASgDEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKCWxpZmVjeWNsZRgDIAEoCzIgLnN0YXJmb3JnZS5qb2IudjEuTGlmZWN5Y2xlRXZlbnRIABIyCglsb2dfY2h1bmsYBCABKAsyHS5zdGFyZm9yZ2UuaW5nZXN0LnYxLkxvZ0NodW5rSAASMwoHbWV0cmljcxgFIAEoCzIgLnN0YXJmb3JnZS5pbmdlc3QudjEuTWV0cmljQmF0Y2hIABIzCgdzYW1wbGVzGAYgASgLMiAuc3RhcmZvcmdlLmluZ2VzdC52MS5TYW1wbGVCYXRjaEgAQgYKBGJvZHkiRgoITG9nQ2h1bmsSKwoGc3RyZWFtGAEgASgOMhsuc3RhcmZvcmdlLmpvYi52MS5Mb2dTdHJlYW0SDQoFbGluZXMYAiADKAkicQoLTWV0cmljQmF0Y2gSLQoGcG9pbnRzGAEgAygLMh0uc3RhcmZvcmdlLmpvYi52MS5NZXRyaWNQb2ludBIzCgdjb2x1bW5zGAIgAygLMiIuc3RhcmZvcmdlLmluZ2VzdC52MS5NZXRyaWNDb2x1bW5zIksKDU1ldHJpY0NvbHVtbnMSDAoEbmFtZRgBIAEoCRINCgVzdGVwcxgCIAMoAxIOCgZ2YWx1ZXMYAyADKAESDQoFdGltZXMYBCADKAEiOAoLU2FtcGxlQmF0Y2gSKQoHc2FtcGxlcxgBIAMoCzIYLnN0YXJmb3JnZS5qb2IudjEuU2FtcGxlIlEKDVJlcG9ydFJlcXVlc3QSEgoKYXR0ZW1wdF9pZBgBIAEoCRIsCgdyZWNvcmRzGAIgAygLMhsuc3RhcmZvcmdlLmluZ2VzdC52MS5SZWNvcmQiVwoOUmVwb3J0UmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgDEjIKBnNpZ25hbBgCIAEoDjIiLnN0YXJmb3JnZS5pbmdlc3QudjEuQ29udHJvbFNpZ25hbCImChBHZXRDdXJzb3JSZXF1ZXN0EhIKCmF0dGVtcHRfaWQYASABKAkiJgoRR2V0Q3Vyc29yUmVzcG9uc2USEQoJYWNrZWRfc2VxGAEgASgDKmIKDUNvbnRyb2xTaWduYWwSHgoaQ09OVFJPTF9TSUdOQUxfVU5TUEVDSUZJRUQQABIXChNDT05UUk9MX1NJR05BTF9TVE9QEAESGAoUQ09OVFJPTF9TSUdOQUxfUEFVU0UQAjLCAQoNSW5nZXN0U2VydmljZRJVCgZSZXBvcnQSIi5zdGFyZm9yZ2UuaW5nZXN0LnYxLlJlcG9ydFJlcXVlc3QaIy5zdGFyZm9yZ2UuaW5nZXN0LnYxLlJlcG9ydFJlc3BvbnNlKAEwARJaCglHZXRDdXJzb3ISJS5zdGFyZm9yZ2UuaW5nZXN0LnYxLkdldEN1cnNvclJlcXVlc3QaJi5zdGFyZm9yZ2UuaW5nZXN0LnYxLkdldEN1cnNvclJlc3BvbnNlQmQKF2Rldi5zdGFyZm9yZ2UuaW5nZXN0LnYxUAFaMXN0YXJmb3JnZS5kZXYvZ2VuL2dvL3N0YXJmb3JnZS9pbmdlc3QvdjE7aW5nZXN0djGqAhNTdGFyRm9yZ2UuSW5nZXN0LlYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_starforge_job_v1_lifecycle_event, file_starforge_job_v1_telemetry]);
 
 /**
  * Record is one reported item with its sequence number.
@@ -115,16 +115,27 @@ export const LogChunkSchema: GenMessage<LogChunk> = /*@__PURE__*/
 
 /**
  * MetricBatch is points reported together (one starforge.report call or several).
+ * A record holds at most the console's max_metric_points_per_record points (points and columns
+ * together); what is over is stored cut, with a system line in the job's log.
  *
  * @generated from message starforge.ingest.v1.MetricBatch
  */
 export type MetricBatch = Message<"starforge.ingest.v1.MetricBatch"> & {
   /**
-   * Points.
+   * Points, one message each (the original encoding; still accepted).
    *
    * @generated from field: repeated starforge.job.v1.MetricPoint points = 1;
    */
   points: MetricPoint[];
+
+  /**
+   * Points in columns, one entry per metric name: what a reporter sends when many points are
+   * reported together (packed arrays, decoded without one message per point). Stored with
+   * exactly the meaning of the same points in `points`; after them when a record has both.
+   *
+   * @generated from field: repeated starforge.ingest.v1.MetricColumns columns = 2;
+   */
+  columns: MetricColumns[];
 };
 
 /**
@@ -133,6 +144,52 @@ export type MetricBatch = Message<"starforge.ingest.v1.MetricBatch"> & {
  */
 export const MetricBatchSchema: GenMessage<MetricBatch> = /*@__PURE__*/
   messageDesc(file_starforge_ingest_v1_ingest_service, 2);
+
+/**
+ * MetricColumns is points of one metric in columns: point i is (steps[i], values[i], times[i]).
+ *
+ * @generated from message starforge.ingest.v1.MetricColumns
+ */
+export type MetricColumns = Message<"starforge.ingest.v1.MetricColumns"> & {
+  /**
+   * Metric name, e.g. "loss", "train/reward". Errors: a name over 200 characters drops the
+   * whole entry (a system line says so).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Training step of each point. Errors: when `values` has another length, only the first
+   * min(len(steps), len(values)) points are stored (a system line says so).
+   *
+   * @generated from field: repeated int64 steps = 2;
+   */
+  steps: bigint[];
+
+  /**
+   * Value of each point. Errors: a NaN is not stored (a system line names it).
+   *
+   * @generated from field: repeated double values = 3;
+   */
+  values: number[];
+
+  /**
+   * When each point was reported, in seconds since the Unix epoch. Empty: the record's time for
+   * every point. Errors: with another length than `steps`, the record's time is used for every
+   * point; a time of 0 or outside 0001..9999 is replaced by the record's time.
+   *
+   * @generated from field: repeated double times = 4;
+   */
+  times: number[];
+};
+
+/**
+ * Describes the message starforge.ingest.v1.MetricColumns.
+ * Use `create(MetricColumnsSchema)` to create a new message.
+ */
+export const MetricColumnsSchema: GenMessage<MetricColumns> = /*@__PURE__*/
+  messageDesc(file_starforge_ingest_v1_ingest_service, 3);
 
 /**
  * SampleBatch is samples reported together.
@@ -153,7 +210,7 @@ export type SampleBatch = Message<"starforge.ingest.v1.SampleBatch"> & {
  * Use `create(SampleBatchSchema)` to create a new message.
  */
 export const SampleBatchSchema: GenMessage<SampleBatch> = /*@__PURE__*/
-  messageDesc(file_starforge_ingest_v1_ingest_service, 3);
+  messageDesc(file_starforge_ingest_v1_ingest_service, 4);
 
 /**
  * ReportRequest is one batch of records of one attempt.
@@ -181,7 +238,7 @@ export type ReportRequest = Message<"starforge.ingest.v1.ReportRequest"> & {
  * Use `create(ReportRequestSchema)` to create a new message.
  */
 export const ReportRequestSchema: GenMessage<ReportRequest> = /*@__PURE__*/
-  messageDesc(file_starforge_ingest_v1_ingest_service, 4);
+  messageDesc(file_starforge_ingest_v1_ingest_service, 5);
 
 /**
  * ReportResponse acknowledges a batch.
@@ -209,7 +266,7 @@ export type ReportResponse = Message<"starforge.ingest.v1.ReportResponse"> & {
  * Use `create(ReportResponseSchema)` to create a new message.
  */
 export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
-  messageDesc(file_starforge_ingest_v1_ingest_service, 5);
+  messageDesc(file_starforge_ingest_v1_ingest_service, 6);
 
 /**
  * GetCursorRequest names an attempt.
@@ -230,7 +287,7 @@ export type GetCursorRequest = Message<"starforge.ingest.v1.GetCursorRequest"> &
  * Use `create(GetCursorRequestSchema)` to create a new message.
  */
 export const GetCursorRequestSchema: GenMessage<GetCursorRequest> = /*@__PURE__*/
-  messageDesc(file_starforge_ingest_v1_ingest_service, 6);
+  messageDesc(file_starforge_ingest_v1_ingest_service, 7);
 
 /**
  * GetCursorResponse holds the cursor.
@@ -251,7 +308,7 @@ export type GetCursorResponse = Message<"starforge.ingest.v1.GetCursorResponse">
  * Use `create(GetCursorResponseSchema)` to create a new message.
  */
 export const GetCursorResponseSchema: GenMessage<GetCursorResponse> = /*@__PURE__*/
-  messageDesc(file_starforge_ingest_v1_ingest_service, 7);
+  messageDesc(file_starforge_ingest_v1_ingest_service, 8);
 
 /**
  * ControlSignal asks the capsule to do something.

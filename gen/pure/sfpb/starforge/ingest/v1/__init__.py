@@ -10,6 +10,7 @@ __all__ = (
     "IngestServiceStub",
     "LogChunk",
     "MetricBatch",
+    "MetricColumns",
     "Record",
     "ReportRequest",
     "ReportResponse",
@@ -127,15 +128,58 @@ default_message_pool.register_message("starforge.ingest.v1", "LogChunk", LogChun
 class MetricBatch(betterproto2.Message):
     """
     MetricBatch is points reported together (one starforge.report call or several).
+    A record holds at most the console's max_metric_points_per_record points (points and columns
+    together); what is over is stored cut, with a system line in the job's log.
     """
 
     points: "list[__job__v1__.MetricPoint]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
     """
-    Points.
+    Points, one message each (the original encoding; still accepted).
+    """
+
+    columns: "list[MetricColumns]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Points in columns, one entry per metric name: what a reporter sends when many points are
+    reported together (packed arrays, decoded without one message per point). Stored with
+    exactly the meaning of the same points in `points`; after them when a record has both.
     """
 
 
 default_message_pool.register_message("starforge.ingest.v1", "MetricBatch", MetricBatch)
+
+
+@dataclass(eq=False, repr=False)
+class MetricColumns(betterproto2.Message):
+    """
+    MetricColumns is points of one metric in columns: point i is (steps[i], values[i], times[i]).
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Metric name, e.g. "loss", "train/reward". Errors: a name over 200 characters drops the
+    whole entry (a system line says so).
+    """
+
+    steps: "list[int]" = betterproto2.field(2, betterproto2.TYPE_INT64, repeated=True)
+    """
+    Training step of each point. Errors: when `values` has another length, only the first
+    min(len(steps), len(values)) points are stored (a system line says so).
+    """
+
+    values: "list[float]" = betterproto2.field(3, betterproto2.TYPE_DOUBLE, repeated=True)
+    """
+    Value of each point. Errors: a NaN is not stored (a system line names it).
+    """
+
+    times: "list[float]" = betterproto2.field(4, betterproto2.TYPE_DOUBLE, repeated=True)
+    """
+    When each point was reported, in seconds since the Unix epoch. Empty: the record's time for
+    every point. Errors: with another length than `steps`, the record's time is used for every
+    point; a time of 0 or outside 0001..9999 is replaced by the record's time.
+    """
+
+
+default_message_pool.register_message("starforge.ingest.v1", "MetricColumns", MetricColumns)
 
 
 @dataclass(eq=False, repr=False)
