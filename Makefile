@@ -110,7 +110,7 @@ capsule: venv  ## build the content-addressed runner.pex
 sdk-wheel: venv  ## the `starforge` SDK as a wheel for images in external observability mode (build/sdk)
 	$(BIN)/python -m capsule.sdk_wheel --out build/sdk
 
-# The installable wheels (docs/deploy-install.md), built from a staged copy of the sources with the
+# The installable wheels (docs/deploy.md), built from a staged copy of the sources with the
 # capsule (runner.pex, bootstrap.sh) and the web console as package data:
 #   dist/starforge-<version>-py3-none-any.whl, dist/starforge_sdk-<sdk version>-py3-none-any.whl
 dist: venv web  ## the platform and SDK wheels into dist/ (pip install dist/starforge-*.whl)
@@ -130,7 +130,7 @@ dist-deps: $(DIST_DEPS)
 
 # The OCI images (deploy/images/<service>.Dockerfile): starforge-control, starforge-executor and
 # starforge-forgelet, FROM $(IMAGE_BASE), pip-installing dist/'s wheel and a wheelhouse made here
-# (no registry needed in the build; tools/build_images.sh). docs/deploy-compose.md runs them.
+# (no registry needed in the build; tools/build_images.sh). docs/deploy.md runs them.
 .PHONY: images
 IMAGE_BASE ?= python:3.11-slim-bookworm
 images: dist  ## the service images on $$DOCKER_HOST's engine (IMAGE_BASE=..., IMAGE_TAG=...)

@@ -1,6 +1,6 @@
 """Where this StarForge runs from: an installed wheel or a source checkout, and its version.
 
-Installed (`pip install starforge-<version>-py3-none-any.whl`, see docs/deploy-install.md), the
+Installed (`pip install starforge-<version>-py3-none-any.whl`, see docs/deploy.md), the
 code reads nothing but its own packages: the capsule (runner.pex, bootstrap.sh) and the built web
 console are package data of `control` (control/bundled.py). In a source checkout (`make venv`:
 an editable install plus gen/ on the path) the same code uses the checkout's build outputs

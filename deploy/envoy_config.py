@@ -1,6 +1,6 @@
 """Writes (or checks) deploy/envoy.yaml and deploy/envoy-tls.yaml, the envoy image's configs (and the
 TLS one's copy for deploy/kubernetes), and deploy/compose/envoy.yaml and envoy-tls.yaml, the Compose
-deployment's (docs/deploy-compose.md).
+deployment's (docs/deploy.md).
 
 They are `control.envoy.render` (the same config the embedded console runs) with the control
 plane's service DNS names instead of loopback addresses (render makes those clusters STRICT_DNS).
@@ -84,7 +84,7 @@ COMPOSE_REPLICAS = (("127.0.0.1:7070", "127.0.0.1:8081"), ("127.0.0.1:7170", "12
 COMPOSE_TLS = TlsConfig(cert_file="/etc/envoy/tls/tls.crt", key_file="/etc/envoy/tls/tls.key")
 COMPOSE_HEADER = """\
 # envoy in front of the Compose deployment's two control-plane replicas (deploy/compose/compose.yaml,
-# host networking; docs/deploy-compose.md):
+# host networking; docs/deploy.md):
 #   /starforge.*  -> grpc_web filter -> either replica's gRPC port (127.0.0.1:7070, 127.0.0.1:7170)
 #   everything else -> either replica's HTTP port (127.0.0.1:8081, 127.0.0.1:8181: the UI, /metrics, blobs)
 # Replicas are health-checked; a request that never reached one is retried on the other.

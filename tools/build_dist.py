@@ -1,4 +1,4 @@
-"""`make dist`: StarForge as wheels, ready for `pip install` (docs/deploy-install.md).
+"""`make dist`: StarForge as wheels, ready for `pip install` (docs/deploy.md).
 
     python -m tools.build_dist [--out dist]
 

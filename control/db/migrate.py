@@ -3,7 +3,7 @@
 Migrations after the last release's head (deploy/releases.txt) are expand-only: new tables,
 nullable or defaulted columns, indexes, data fixes. A replica of the last release may still serve
 from the migrated database during a rolling upgrade; drops, renames, type changes and NOT NULL
-without a default wait for a later release (docs/deploy-upgrades.md,
+without a default wait for a later release (docs/deploy.md,
 tests/unit/control/test_migrations_expand_only.py).
 """
 

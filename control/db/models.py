@@ -27,7 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 class DesiredColumn(TypeDecorator[int]):
     """jobs.desired: a DesiredState in code, stored in its released string form ("", "stop",
     "pause") so that a replica of the previous release reads and writes the same column during a
-    rolling upgrade (expand/contract, docs/deploy-upgrades.md). Integers read back as themselves
+    rolling upgrade (expand/contract, docs/deploy.md). Integers read back as themselves
     (a ledger that ran an unreleased draft of migration 0008 stored them)."""
 
     impl = String(16)

@@ -6,7 +6,7 @@
 #
 # The local kind's docker runtime drives the host's engine through its socket: mount it, add the
 # socket's group (`group_add`), and mount the executor's state_dir at the same path on both sides
-# (the engine resolves the attempts' bind mounts on the host). See docs/deploy-compose.md.
+# (the engine resolves the attempts' bind mounts on the host). See docs/deploy.md.
 ARG BASE=python:3.11-slim-bookworm
 
 FROM ${BASE} AS install

@@ -1,6 +1,6 @@
 """A console's backup restores into a fresh state dir and database (SQLite and PostgreSQL).
 
-What docs/deploy-upgrades.md says to back up, taken while the console serves: the ledger (SQLite's
+What docs/deploy.md says to back up, taken while the console serves: the ledger (SQLite's
 online backup API, as `sqlite3 ledger.db ".backup ..."` does; `pg_dump -Fc` on PostgreSQL), the blob
 store (a copy), the secrets key file and the state dir's admin-token. Restored into a fresh state
 dir (and a fresh database), a console sees the jobs with their logs and metrics, serves the

@@ -30,7 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 KUBE = ROOT / "deploy" / "kubernetes"
 KUSTOMIZATIONS = ("base", "overlays/example")
 # The Secrets an install creates itself (never in the repository), with their keys, as
-# docs/deploy-kubernetes.md lists them.
+# docs/deploy.md lists them.
 EXTERNAL_SECRETS = {
     "starforge-tls": ("tls.crt", "tls.key", "ca.crt"),
     "starforge-secrets": (
@@ -43,7 +43,7 @@ EXTERNAL_SECRETS = {
         "forgelet-token",
     ),
 }
-# starforge-secrets' `fleets` as docs/deploy-kubernetes.md shows it (the control plane's
+# starforge-secrets' `fleets` as docs/deploy.md shows it (the control plane's
 # STARFORGE_FLEETS): the two executors of the render.
 FLEETS = """
 - name: k8s-h200

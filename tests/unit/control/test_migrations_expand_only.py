@@ -1,4 +1,4 @@
-"""Migrations since the last release are expand-only (docs/deploy-upgrades.md).
+"""Migrations since the last release are expand-only (docs/deploy.md).
 
 During a rolling upgrade a replica of the last release serves from the database this tree's
 migrations have already changed, so a migration after the release's head (deploy/releases.txt)
@@ -113,7 +113,7 @@ def test_migrations_since_the_last_release_only_expand() -> None:
     bad = {p.name: ops for p in scripts if (ops := contract_operations(p.read_text()))}
     assert not bad, (
         f"contract steps in migrations after {release.tag} (a replica of {release.tag} may still serve "
-        f"from the migrated database; move them to a later release, docs/deploy-upgrades.md): {bad}"
+        f"from the migrated database; move them to a later release, docs/deploy.md): {bad}"
     )
 
 

@@ -8,7 +8,7 @@ Create Date: 2026-12-01
   before the index existed are folded into the oldest job of each pair first (the later ones keep
   their rows and history but lose the request id), then a partial unique index is added. The plain
   index it supersedes stays until a later release drops it (expand/contract: a replica of the
-  previous release may still be serving from this database, docs/deploy-upgrades.md).
+  previous release may still be serving from this database, docs/deploy.md).
 - job_events.attempt_only marks the events of a stale attempt (its job had moved on); it has a
   default, so the previous release's inserts still work.
 
