@@ -127,6 +127,16 @@ class Job(Base):
         # touching the table rows (a submit's queue position was a scan of every QUEUED row).
         Index("ix_jobs_state_queue_priority_seq", "state", "queue", "priority", "seq"),
         Index("ix_jobs_owner_created", "owner", "created_at"),
+        # The scheduler's incremental reads (control/scheduler/heads.py): jobs admitted since the
+        # last seq it saw, and QUEUED jobs whose retry backoff ends (partial: only QUEUED (1) jobs
+        # in backoff, so no other query's plan picks it over the dispatch order index).
+        Index("ix_jobs_seq", "seq"),
+        Index(
+            "ix_jobs_queued_backoff",
+            "not_before",
+            sqlite_where=text("state = 1 AND not_before > 0"),
+            postgresql_where=text("state = 1 AND not_before > 0"),
+        ),
         # One job per (owner, request_id): a retried submission finds the job its first try
         # created, even when the retries race (jobs.create_job). Jobs without a request id are
         # not constrained.
