@@ -15,7 +15,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
@@ -73,8 +72,8 @@ def _candidates(s: Session, now: float, per_owner: int = PER_OWNER) -> list[plac
 # cycle cost more than running it; bench/queue_scale.py profile).
 _ACTIVE_STATES = ", ".join(str(int(x)) for x in sorted(sm.ACTIVE))
 _HELD = text(
-    "SELECT a.fleet, a.needs, j.owner, j.project FROM attempts a JOIN jobs j ON j.id = a.job_id "
-    f"WHERE a.state IN ({_ACTIVE_STATES})"  # noqa: S608 (constant states)
+    "SELECT a.fleet, a.needs, j.owner, j.project FROM attempts a JOIN jobs j ON j.id = a.job_id "  # noqa: S608
+    f"WHERE a.state IN ({_ACTIVE_STATES})"  # constant states
 )
 _RECENT = text(
     "SELECT j.owner, a.needs, a.created_at, a.ended_at FROM attempts a JOIN jobs j ON j.id = a.job_id "
@@ -106,7 +105,7 @@ def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str
 def closed_fleets(s: Session, ctx: Context) -> dict[str, tuple[int, str]]:
     """Fleets that take no new work now: drained, or outside their time window."""
     out: dict[str, tuple[int, str]] = {}
-    drained = dict(s.connection().execute(_DRAINED, {"drained": DRAINED}).tuples().all())
+    drained: dict[str, str] = dict(s.connection().execute(_DRAINED, {"drained": DRAINED}).tuples().all())
     for f in ctx.cfg.fleets:
         if f.name in drained:
             out[f.name] = (st.WAIT_REASON_DRAIN, f"fleet {f.name} is drained ({drained[f.name] or 'maintenance'})")

@@ -102,7 +102,14 @@ class _Parser:
         if fleets is None:
             fleets = self._fleets[eligible] = tuple(json.loads(eligible))
         return placement.Candidate(
-            job_id=job_id, owner=owner, project=project, priority=priority, seq=seq, needs=n[0], nodes=n[1], fleets=fleets
+            job_id=job_id,
+            owner=owner,
+            project=project,
+            priority=priority,
+            seq=seq,
+            needs=n[0],
+            nodes=n[1],
+            fleets=fleets,
         )
 
     def trim(self) -> None:
@@ -176,17 +183,17 @@ class HeadCache:
             for r in rows:
                 self._merge(self._parser.candidate(r))
         if self._recheck:
-            ids = list(self._recheck)
+            wanted = list(self._recheck)
             self._recheck.clear()
             found: set[str] = set()
-            for i in range(0, len(ids), ID_CHUNK):
-                for r in s.execute(_BY_ID, {"ids": ids[i : i + ID_CHUNK]}):
+            for i in range(0, len(wanted), ID_CHUNK):
+                for r in s.execute(_BY_ID, {"ids": wanted[i : i + ID_CHUNK]}):
                     found.add(r[0])
                     if r[7] == sm.QUEUED and r[8] <= now:
                         self._merge(self._parser.candidate(r))
                     else:
                         self._remove(r[0])
-            for job_id in ids:
+            for job_id in wanted:
                 if job_id not in found:
                     self._remove(job_id)  # deleted
         empty = [o for o, q in self._queues.items() if not q]

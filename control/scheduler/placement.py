@@ -139,8 +139,8 @@ def _fair_order(candidates: Iterable[Candidate], usage: Usage) -> Iterable[Candi
         else:
             q.append(c)
     totals, history = usage.totals, usage.history
-    for level in sorted(by_level, reverse=True):
-        queues = by_level[level]
+    for priority in sorted(by_level, reverse=True):
+        queues = by_level[priority]
         for q in queues.values():
             if len(q) > 1:
                 q.sort(key=_seq, reverse=True)
