@@ -105,7 +105,7 @@ def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str
 def closed_fleets(s: Session, ctx: Context) -> dict[str, tuple[int, str]]:
     """Fleets that take no new work now: drained, or outside their time window."""
     out: dict[str, tuple[int, str]] = {}
-    drained: dict[str, str] = dict(s.connection().execute(_DRAINED, {"drained": DRAINED}).tuples().all())
+    drained = {name: reason for name, reason in s.connection().execute(_DRAINED, {"drained": DRAINED})}
     for f in ctx.cfg.fleets:
         if f.name in drained:
             out[f.name] = (st.WAIT_REASON_DRAIN, f"fleet {f.name} is drained ({drained[f.name] or 'maintenance'})")
@@ -130,9 +130,9 @@ class Scheduler:
     def _claim(self, s: Session, job_id: str, fleet: str, now: float) -> Claimed | None:
         """Claim a QUEUED job for `fleet`: its next attempt (SUBMITTED) with the LaunchRequest
         stored and ready to send; None when the job is gone or its attempt failed at once."""
-        job = self._lock_queued(s, job_id)
+        job = self._lock_queued(s, job_id, now)
         if job is None:
-            return None  # another replica took it, or it was stopped meanwhile
+            return None  # another replica took it, or it was stopped or put in backoff meanwhile
         fleet_cfg = self.ctx.cfg.fleet(fleet)
         recipe = self.ctx.catalog.get(job.method)
         metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
@@ -151,9 +151,11 @@ class Scheduler:
         _record_digests(job, attempt, launch)
         return Claimed(attempt.id, job.id, fleet, data)
 
-    def _lock_queued(self, s: Session, job_id: str) -> m.Job | None:
-        """The job if it is still QUEUED, row-locked on PostgreSQL (skipped if another replica holds it)."""
-        stmt = select(m.Job).where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
+    def _lock_queued(self, s: Session, job_id: str, now: float) -> m.Job | None:
+        """The job if it is still QUEUED and out of backoff, row-locked on PostgreSQL (skipped if
+        another replica holds it). The decision may come from heads held in memory: this is the
+        check that makes a stale one harmless."""
+        stmt = select(m.Job).where(m.Job.id == job_id, m.Job.state == sm.QUEUED, m.Job.not_before <= now)
         if not self.ctx.db.sqlite:
             stmt = stmt.with_for_update(skip_locked=True)
         return s.scalars(stmt).one_or_none()
