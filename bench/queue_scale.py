@@ -8,9 +8,11 @@ The fleet is drained (as `sf fleet drain` leaves it), so the console places noth
 computing wait reasons and queue positions for the whole queue.
 
 Pick: the scheduler's decision for one cycle (`Scheduler.decide`, in-process on that ledger, with
-one free CPU slot): with a queue this big, a cycle is the fast pass on each owner's head of line.
-The full pass (wait reasons and positions for every owner's first 50 jobs, once per
-STATUS_REFRESH_SECONDS) is reported beside it. Memory: peak RSS of the real console process
+one free CPU slot): with a queue this big, a cycle is the fast pass on each owner's head of line,
+held in memory since the last full pass and refreshed from what changed (control/scheduler/heads.py).
+The full pass (wait reasons and positions for every owner's first 50 jobs read from the ledger,
+once per STATUS_REFRESH_SECONDS) is reported beside it. `STARFORGE_BENCH_QUEUE_JOBS` sets another
+queue size (to iterate); `STARFORGE_BENCH_QUICK=1` runs 20,000 jobs of 200 users in seconds. Memory: peak RSS of the real console process
 (`sf up`) serving that ledger for several scheduler cycles.
 
 Peer (a floor, not a scheduler): the globally next job in (priority desc, seq) order, no fair share,
