@@ -12,8 +12,9 @@ one free CPU slot): with a queue this big, a cycle is the fast pass on each owne
 held in memory since the last full pass and refreshed from what changed (control/scheduler/heads.py).
 The full pass (wait reasons and positions for every owner's first 50 jobs read from the ledger,
 once per STATUS_REFRESH_SECONDS) is reported beside it. `STARFORGE_BENCH_QUEUE_JOBS` sets another
-queue size (to iterate); `STARFORGE_BENCH_QUICK=1` runs 20,000 jobs of 200 users in seconds. Memory: peak RSS of the real console process
-(`sf up`) serving that ledger for several scheduler cycles.
+queue size (to iterate); `STARFORGE_BENCH_QUICK=1` runs 20,000 jobs of 200 users in seconds.
+Memory: peak RSS of the real console process (`sf up`) serving that ledger for several scheduler
+cycles.
 
 Peer (a floor, not a scheduler): the globally next job in (priority desc, seq) order, no fair share,
 with two index seeks on the same table (top priority, then its lowest seq).
@@ -34,7 +35,7 @@ JOBS = int(os.environ.get("STARFORGE_BENCH_QUEUE_JOBS") or (20_000 if QUICK else
 USERS = 200 if QUICK else 1_000
 MEMORY_WATCH_S = 3.0 if QUICK else 30.0
 ROUNDS = 4 if QUICK else 30
-FAST_PER_ROUND = 10  # cycles between two full passes, each timed
+FAST_PER_ROUND = 20 if QUICK else 100  # cycles between two full passes, each timed
 
 
 def _template() -> dict[str, Any]:
@@ -142,6 +143,7 @@ def measure_pick(db_url: str, rounds: int = ROUNDS, budget_s: float = 60.0) -> d
     ctx = SimpleNamespace(cfg=cfg, executors=SimpleNamespace(status={}), db=db)
     sched = dispatch.Scheduler(ctx)  # type: ignore[arg-type]
     times: list[float] = []
+    cpu: list[float] = []  # the same cycles' CPU time (thread): what the wall time is without the machine's load
     full: list[float] = []
     floor: list[float] = []
     picked = ""
@@ -159,11 +161,12 @@ def measure_pick(db_url: str, rounds: int = ROUNDS, budget_s: float = 60.0) -> d
                 full.append(time.perf_counter() - t0)
                 candidates = len(decision.waiting) + len(decision.placed)
                 assert was_full
-                sched._status_at = time.time()  # cycles between two refreshes
                 for _ in range(FAST_PER_ROUND):
-                    t0 = time.perf_counter()
+                    sched._status_at = time.time()  # cycles between two refreshes
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     decision, was_full = sched.decide(s, time.time())
                     times.append(time.perf_counter() - t0)
+                    cpu.append(time.thread_time() - c0)
                     assert not was_full, "expected the fast pass"
                     assert len(decision.placed) == 1, decision
                     picked = decision.placed[0][0]
@@ -180,6 +183,7 @@ def measure_pick(db_url: str, rounds: int = ROUNDS, budget_s: float = 60.0) -> d
         db.close()
     return {
         "pick": summary(times),
+        "pick_cpu": summary(cpu),
         "full_pass": summary(full),
         "floor": summary(floor),
         "picked": picked,
@@ -207,6 +211,8 @@ def run() -> list[Result]:
     url = f"sqlite:///{state / 'ledger.db'}"
     pick = measure_pick(url)
     log(f"queue: pick p50 {pick['pick']['p50'] * 1000:.1f} ms p99 {pick['pick']['p99'] * 1000:.1f} ms")
+    cpu = pick["pick_cpu"]
+    log(f"queue: pick CPU time p50 {cpu['p50'] * 1000:.2f} ms p99 {cpu['p99'] * 1000:.2f} ms ({cpu['n']} cycles)")
     full = pick["full_pass"]
     log(f"queue: full pass ({pick['full_pass_candidates']} candidates) p50 {full['p50'] * 1000:.0f} ms")
     memory = measure_memory(state)
