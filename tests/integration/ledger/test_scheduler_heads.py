@@ -94,6 +94,7 @@ def test_new_jobs_and_requeued_jobs_are_seen_by_the_fast_pass(db: Database, sche
     _users(db, "alice", "bob")
     alice = _queue(db, "alice", 5)
     assert [c.job_id for c in db.run_sync(sched._place)] == [alice[0]]
+
     def fail(s: Session) -> None:
         job = jobs.get_job(s, alice[0])
         attempt = jobs.current_attempt(s, job)
