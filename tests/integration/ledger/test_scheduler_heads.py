@@ -177,7 +177,7 @@ def test_the_copy_follows_the_ledger(db: Database, seed: int) -> None:
         return {c.owner: c.job_id for c in cache.heads()}, {c.owner: c.job_id for c in fresh.heads()}
 
     for _ in range(6):
-        db.run_sync(lambda s: [queued.append(f.job(s, owner=rng.choice(owners)).id) for _ in range(4)])
+        queued.extend(db.run_sync(lambda s: [f.job(s, owner=rng.choice(owners)).id for _ in range(4)]))
     db.run_sync(lambda s: cache.load(s, now))
     for _ in range(30):
 
