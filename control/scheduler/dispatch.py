@@ -266,7 +266,12 @@ class Scheduler:
         return claimed
 
     async def tick(self) -> int:
-        claimed = await self.ctx.db.run(self._place)
+        try:
+            claimed = await self.ctx.db.run(self._place)
+        except BaseException:
+            # rolled back: the heads' reads may have seen this transaction's own claims, now undone
+            self.heads.ready = False
+            raise
         for c in claimed:
             self.ctx.notifier.notify(c.job_id)
             self.spawn(self.launch(c.attempt_id, c.job_id, c.fleet, c.launch))

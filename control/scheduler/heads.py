@@ -134,7 +134,9 @@ class HeadCache:
         self._seq_mark = 0  # every job with seq <= this was seen by a read
         self._due_mark = 0.0  # every job with not_before <= this was seen by a read
         self._recheck: set[str] = set()  # ids to read again on the next refresh
-        self.ready = False  # a full read was made and nothing was lost since
+        # a full read was made and nothing was lost since (the scheduler clears it when a cycle's
+        # transaction fails: its reads may have seen its own claims, rolled back)
+        self.ready = False
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -184,7 +186,6 @@ class HeadCache:
                 self._merge(self._parser.candidate(r))
         if self._recheck:
             wanted = list(self._recheck)
-            self._recheck.clear()
             found: set[str] = set()
             for i in range(0, len(wanted), ID_CHUNK):
                 for r in s.execute(_BY_ID, {"ids": wanted[i : i + ID_CHUNK]}):
@@ -196,6 +197,7 @@ class HeadCache:
             for job_id in wanted:
                 if job_id not in found:
                     self._remove(job_id)  # deleted
+            self._recheck.clear()
         empty = [o for o, q in self._queues.items() if not q]
         for owner in empty:
             del self._queues[owner]
