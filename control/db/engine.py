@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from common import errors
+from control.db.changes import ChangeFeed
 
 T = TypeVar("T")
 
@@ -55,6 +56,9 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # QUEUED jobs changed by committed transactions of this process (the scheduler's heads).
+        self.queue_changes = ChangeFeed()
+        self.queue_changes.attach(self.sessions)
         # SQLite: one writer serialises anyway; more threads only add lock contention.
         workers = 1 if is_sqlite(self.engine) else 8
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="db")

@@ -169,6 +169,16 @@ class Job(Base):
         # Superseded by uq_jobs_owner_request; kept while the previous release may serve from this
         # database (its drop is a contract step, for a later release).
         Index("ix_jobs_owner_request", "owner", "request_id"),
+        # The scheduler's incremental reads (control/scheduler/heads.py): jobs admitted since the
+        # last seq it saw, and QUEUED jobs whose retry backoff ends (partial: only QUEUED (1) jobs
+        # in backoff, so no other query's plan picks it over the dispatch order index).
+        Index("ix_jobs_seq", "seq"),
+        Index(
+            "ix_jobs_queued_backoff",
+            "not_before",
+            sqlite_where=text("state = 1 AND not_before > 0"),
+            postgresql_where=text("state = 1 AND not_before > 0"),
+        ),
         # One job per (owner, request_id): a retried submission finds the job its first try
         # created, even when the retries race (jobs.create_job). Jobs without a request id are
         # not constrained.

@@ -24,6 +24,7 @@ from starforge_api.job.v1 import job_spec_pb2
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
+from control.db import changes
 from control.db import models as m
 from control.ledger import state_machine as sm
 
@@ -84,6 +85,8 @@ def transition(
     now = time.time() if now is None else now
     sm.check(job.state, to_state, f"job {job.id}")
     from_state = job.state
+    if sm.QUEUED in (from_state, to_state):
+        changes.note(s, job.id)  # the scheduler's heads of line re-read it after the commit
     if attempt is not None and to_state != sm.QUEUED:
         sm.check(attempt.state, to_state, f"attempt {attempt.id}")
         attempt.state = to_state

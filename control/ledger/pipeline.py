@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starforge_api.job.v1 import job_state_pb2 as st
 
+from control.db import changes
 from control.db import models as m
 from control.ledger import jobs
 from control.ledger import state_machine as sm
@@ -39,6 +40,7 @@ def on_end(s: Session, job: m.Job) -> list[jobs.Transition]:
     if job.state == sm.SUCCEEDED:
         for child in _children(s, job.id):
             child.not_before = 0.0
+            changes.note(s, child.id)  # runnable now: the scheduler's heads of line re-read it
             child.wait_reason = st.WAIT_REASON_PRIORITY
             child.wait_message = f"{job.stage or 'training'} job {job.id} succeeded; waiting for the scheduler"
     elif job.state in (sm.FAILED, sm.STOPPED):

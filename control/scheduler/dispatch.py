@@ -15,7 +15,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
@@ -29,7 +28,7 @@ from control.context import Context
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
 from control.ledger import state_machine as sm
-from control.scheduler import backoff, placement
+from control.scheduler import backoff, heads, placement
 from recipes.catalog import RecipeDecl
 
 log = logging.getLogger("starforge.scheduler")
@@ -39,12 +38,15 @@ PER_OWNER = 50  # QUEUED jobs per owner looked at per cycle
 # A cycle looks at every owner's first PER_OWNER jobs (a full pass: placements, then every
 # candidate's wait reason and queue position) while the queue is small. Past FULL_PASS_CANDIDATES
 # candidates, a cycle first decides on each owner's head of line only (a fast pass, enough when
-# capacity runs out, the usual case with a big queue) and makes a full pass only when a fleet kept
+# capacity runs out, the usual case with a big queue; the heads are held in memory since the last
+# full pass and refreshed from what changed, heads.py) and makes a full pass only when a fleet kept
 # free capacity that a job behind a waiting head might use (backfill), or when the wait reasons
 # are STATUS_REFRESH_SECONDS old. At 1,000,000 queued jobs of 1,000 users that is ~50,000
 # candidates, about a second of the single database thread for a full pass (bench/queue_scale.py).
 FULL_PASS_CANDIDATES = 2_000
 STATUS_REFRESH_SECONDS = 5.0
+# Decisions a cycle makes at most when fast-pass heads turn out stale (their claim finds the job gone).
+MAX_DECISIONS = 3
 LEASE_SECONDS = 60.0
 CLASS_NAMES = frozenset(n.removeprefix("FAILURE_CLASS_") for n in st.FailureClass.keys())  # noqa: SIM118
 MAX_DISPATCH_TRIES = 8
@@ -60,59 +62,25 @@ class Claimed:
     launch: bytes
 
 
-# Each owner's first PER_OWNER dispatchable jobs, found through ix_jobs_state_owner_order instead of
-# ranking the whole queue: a recursive CTE walks the distinct owners of QUEUED jobs one index seek
-# at a time (a "loose index scan"), then each owner's head of line is an index range read. The
-# window function this replaces read and sorted every QUEUED row on every cycle (12 s a cycle at
-# 1,000,000 queued jobs; bench/queue_scale.py). Plain SQL that SQLite and PostgreSQL both run.
-_CANDIDATES = text(
-    """
-    WITH RECURSIVE owners(owner) AS (
-        SELECT (SELECT min(owner) FROM jobs WHERE state = :queued)
-        UNION ALL
-        SELECT (SELECT min(j.owner) FROM jobs j WHERE j.state = :queued AND j.owner > o.owner)
-        FROM owners o WHERE o.owner IS NOT NULL
-    )
-    SELECT c.id, c.owner, c.project, c.priority, c.seq, c.needs, c.eligible_fleets
-    FROM owners JOIN jobs c ON c.id IN (
-        SELECT q.id FROM jobs q
-        WHERE q.state = :queued AND q.owner = owners.owner AND q.not_before <= :now
-        ORDER BY q.priority DESC, q.seq
-        LIMIT :per_owner
-    )
-    WHERE owners.owner IS NOT NULL
-    """
-)
-
-
 def _candidates(s: Session, now: float, per_owner: int = PER_OWNER) -> list[placement.Candidate]:
     """QUEUED jobs to consider: each owner's first `per_owner` in their own order (so one user's
-    huge backlog never hides another user's job from the scheduler)."""
-    rows = s.execute(_CANDIDATES, {"queued": sm.QUEUED, "now": now, "per_owner": per_owner}).all()
-    parsed: dict[str, Any] = {}  # the JSON columns repeat across jobs: parse each distinct text once
+    huge backlog never hides another user's job from the scheduler). The query (heads.CANDIDATES)
+    walks the owners through ix_jobs_state_owner_order instead of ranking the whole queue."""
+    return heads.HeadCache(None, per_owner).load(s, now)
 
-    def load(text_: str | None, default: str) -> Any:
-        key = text_ or default
-        if key not in parsed:
-            parsed[key] = json.loads(key)
-        return parsed[key]
 
-    out = []
-    for job_id, owner, project, priority, seq, needs, eligible in rows:
-        n = load(needs, "{}")
-        out.append(
-            placement.Candidate(
-                job_id=job_id,
-                owner=owner,
-                project=project,
-                priority=priority,
-                seq=seq,
-                needs=dict(n.get("gpus", {})),
-                nodes=dict(n.get("nodes", {})),
-                fleets=tuple(load(eligible, "[]")),
-            )
-        )
-    return out
+# Statements of every cycle, built once (plain SQL: building and caching an ORM select each
+# cycle cost more than running it; bench/queue_scale.py profile).
+_ACTIVE_STATES = ", ".join(str(int(x)) for x in sorted(sm.ACTIVE))
+_HELD = text(
+    "SELECT a.fleet, a.needs, j.owner, j.project FROM attempts a JOIN jobs j ON j.id = a.job_id "  # noqa: S608
+    f"WHERE a.state IN ({_ACTIVE_STATES})"  # constant states
+)
+_RECENT = text(
+    "SELECT j.owner, a.needs, a.created_at, a.ended_at FROM attempts a JOIN jobs j ON j.id = a.job_id "
+    "WHERE a.ended_at IS NULL OR a.ended_at > :since"
+)
+_DRAINED = text("SELECT name, reason FROM fleet_states WHERE state = :drained")
 
 
 def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str, str], int], placement.Usage]:
@@ -120,23 +88,14 @@ def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str
     plus each user's recent usage (GPU-seconds decayed with `half_life`) for fair share."""
     used: dict[tuple[str, str], int] = {}
     usage = placement.Usage()
-    rows = s.execute(
-        select(m.Attempt.fleet, m.Attempt.needs, m.Job.owner, m.Job.project)
-        .join(m.Job, m.Job.id == m.Attempt.job_id)
-        .where(m.Attempt.state.in_(sm.ACTIVE))
-    )
-    for fleet, needs, owner, project in rows:
+    conn = s.connection()
+    for fleet, needs, owner, project in conn.execute(_HELD):
         n = {k: int(v) for k, v in json.loads(needs or "{}").items()}
         for series, count in n.items():
             used[(fleet, series)] = used.get((fleet, series), 0) + count
         usage.add(owner, project, n)
     now = time.time()
-    recent = s.execute(
-        select(m.Job.owner, m.Attempt.needs, m.Attempt.created_at, m.Attempt.ended_at)
-        .join(m.Job, m.Job.id == m.Attempt.job_id)
-        .where((m.Attempt.ended_at.is_(None)) | (m.Attempt.ended_at > now - 8 * half_life))
-    )
-    for owner, needs, created, ended in recent:
+    for owner, needs, created, ended in conn.execute(_RECENT, {"since": now - 8 * half_life}):
         size = sum(int(v) for v in json.loads(needs or "{}").values())
         end = ended if ended is not None else now
         # at least one second per attempt: even a job that failed at once took its turn
@@ -147,7 +106,7 @@ def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str
 def closed_fleets(s: Session, ctx: Context) -> dict[str, tuple[int, str]]:
     """Fleets that take no new work now: drained, or outside their time window."""
     out: dict[str, tuple[int, str]] = {}
-    drained = {r.name: r.reason for r in s.scalars(select(m.FleetState).where(m.FleetState.state == DRAINED))}
+    drained = {name: reason for name, reason in s.connection().execute(_DRAINED, {"drained": DRAINED})}
     for f in ctx.cfg.fleets:
         if f.name in drained:
             out[f.name] = (st.WAIT_REASON_DRAIN, f"fleet {f.name} is drained ({drained[f.name] or 'maintenance'})")
@@ -163,15 +122,18 @@ class Scheduler:
         self._launch_slots = asyncio.Semaphore(32)
         self._big_queue = False  # the last full pass had more than FULL_PASS_CANDIDATES candidates
         self._status_at = 0.0  # when wait reasons and positions were last written (a full pass)
+        # Each owner's first PER_OWNER jobs as of the last full pass, kept up to date from what
+        # changed since: the fast pass reads no queue rows (heads.py).
+        self.heads = heads.HeadCache(ctx.db.queue_changes, PER_OWNER)
 
     # -- placement and claim (one transaction) -------------------------------------------------
 
     def _claim(self, s: Session, job_id: str, fleet: str, now: float) -> Claimed | None:
         """Claim a QUEUED job for `fleet`: its next attempt (SUBMITTED) with the LaunchRequest
         stored and ready to send; None when the job is gone or its attempt failed at once."""
-        job = self._lock_queued(s, job_id)
+        job = self._lock_queued(s, job_id, now)
         if job is None:
-            return None  # another replica took it, or it was stopped meanwhile
+            return None  # another replica took it, or it was stopped or put in backoff meanwhile
         fleet_cfg = self.ctx.cfg.fleet(fleet)
         recipe = self.ctx.catalog.get(job.method)
         metrics.QUEUE_WAIT_SECONDS.observe(max(0.0, now - job.updated_at))
@@ -190,9 +152,11 @@ class Scheduler:
         _record_digests(job, attempt, launch)
         return Claimed(attempt.id, job.id, fleet, data)
 
-    def _lock_queued(self, s: Session, job_id: str) -> m.Job | None:
-        """The job if it is still QUEUED, row-locked on PostgreSQL (skipped if another replica holds it)."""
-        stmt = select(m.Job).where(m.Job.id == job_id, m.Job.state == sm.QUEUED)
+    def _lock_queued(self, s: Session, job_id: str, now: float) -> m.Job | None:
+        """The job if it is still QUEUED and out of backoff, row-locked on PostgreSQL (skipped if
+        another replica holds it). The decision may come from heads held in memory: this is the
+        check that makes a stale one harmless."""
+        stmt = select(m.Job).where(m.Job.id == job_id, m.Job.state == sm.QUEUED, m.Job.not_before <= now)
         if not self.ctx.db.sqlite:
             stmt = stmt.with_for_update(skip_locked=True)
         return s.scalars(stmt).one_or_none()
@@ -249,7 +213,10 @@ class Scheduler:
     def decide(self, s: Session, now: float) -> tuple[placement.Decision, bool]:
         """This cycle's placement decision, and whether it was a full pass (see PER_OWNER)."""
         fast_pass = self._big_queue and now - self._status_at < STATUS_REFRESH_SECONDS
-        candidates = _candidates(s, now, per_owner=1 if fast_pass else PER_OWNER)
+        if fast_pass:
+            self.heads.refresh(s, now)
+            fast_pass = self.heads.ready  # false when changes were lost: read everything
+        candidates = self.heads.heads() if fast_pass else self.heads.load(s, now)
         if not candidates:
             self._big_queue = False
             return placement.Decision([], {}, {}), True
@@ -268,25 +235,43 @@ class Scheduler:
             fast = run(candidates, dispatch_only=True)
             if not fast.backfill:
                 return fast, False
-            candidates = _candidates(s, now)
+            candidates = self.heads.load(s, now)
         self._big_queue = len(candidates) > FULL_PASS_CANDIDATES
         return run(candidates, dispatch_only=False), True
 
     def _place(self, s: Session) -> list[Claimed]:
         now = time.time()
-        decision, full = self.decide(s, now)
         claimed = []
-        for job_id, fleet in decision.placed:
-            c = self._claim(s, job_id, fleet, now)
-            if c is not None:
-                claimed.append(c)
-        if full:
-            jobs.set_wait(s, {j: (r, msg, decision.positions.get(j, 0)) for j, (r, msg) in decision.waiting.items()})
-            self._status_at = now
+        for _ in range(MAX_DECISIONS):
+            decision, full = self.decide(s, now)
+            lost = False
+            for job_id, fleet in decision.placed:
+                c = self._claim(s, job_id, fleet, now)
+                if c is not None:
+                    claimed.append(c)
+                else:
+                    lost = True
+            # claimed, gone or held by another replica: the heads read each one again
+            self.heads.recheck(j for j, _ in decision.placed)
+            if full:
+                jobs.set_wait(
+                    s, {j: (r, msg, decision.positions.get(j, 0)) for j, (r, msg) in decision.waiting.items()}
+                )
+                self._status_at = now
+                break
+            if not lost:
+                break
+            # a head held in memory had left the queue (another replica took it, or it was
+            # stopped): decide again on the refreshed heads for the capacity it left free
         return claimed
 
     async def tick(self) -> int:
-        claimed = await self.ctx.db.run(self._place)
+        try:
+            claimed = await self.ctx.db.run(self._place)
+        except BaseException:
+            # rolled back: the heads' reads may have seen this transaction's own claims, now undone
+            self.heads.ready = False
+            raise
         for c in claimed:
             self.ctx.notifier.notify(c.job_id)
             self.spawn(self.launch(c.attempt_id, c.job_id, c.fleet, c.launch))

@@ -128,19 +128,35 @@ def _quota_block(c: Candidate, usage: Usage, quotas: Sequence[QuotaConfig]) -> s
 
 def _fair_order(candidates: Iterable[Candidate], usage: Usage) -> Iterable[Candidate]:
     """Yield candidates by priority, then least-served owner, then FIFO; usage is read live."""
-    by_level: dict[int, dict[str, list[Candidate]]] = defaultdict(lambda: defaultdict(list))
+    by_level: dict[int, dict[str, list[Candidate]]] = {}
     for c in candidates:
-        by_level[c.priority][c.owner].append(c)
-    for level in sorted(by_level, reverse=True):
-        queues = {owner: sorted(cs, key=lambda c: c.seq, reverse=True) for owner, cs in by_level[level].items()}
-        heap = [(usage.total(o), usage.history[o], q[-1].seq, o) for o, q in queues.items()]
+        level = by_level.get(c.priority)
+        if level is None:
+            level = by_level[c.priority] = {}
+        q = level.get(c.owner)
+        if q is None:
+            level[c.owner] = [c]
+        else:
+            q.append(c)
+    totals, history = usage.totals, usage.history
+    for priority in sorted(by_level, reverse=True):
+        queues = by_level[priority]
+        for q in queues.values():
+            if len(q) > 1:
+                q.sort(key=_seq, reverse=True)
+        # (a fast pass has one candidate per owner: this line is most of its cost, keep it plain)
+        heap = [(totals.get(o, 0), history.get(o, 0.0), q[-1].seq, o) for o, q in queues.items()]
         heapq.heapify(heap)
         while heap:
             *_, owner = heapq.heappop(heap)
             q = queues[owner]
             yield q.pop()
             if q:
-                heapq.heappush(heap, (usage.total(owner), usage.history[owner], q[-1].seq, owner))
+                heapq.heappush(heap, (totals.get(owner, 0), history.get(owner, 0.0), q[-1].seq, owner))
+
+
+def _seq(c: Candidate) -> int:
+    return c.seq
 
 
 def _any_free(fleets: Sequence[FleetCapacity]) -> bool:
