@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-WORK = pathlib.Path(os.environ.get("STARFORGE_BENCH_WORK") or REPO / "build" / "bench")
+WORK = pathlib.Path(os.environ.get("STARFORGE_BENCH_WORK") or REPO / "build" / "bench").resolve()
 PEERS_VENV = REPO / "build" / "bench-peers"
 PEERS_PYTHON = PEERS_VENV / "bin" / "python"
 # The peers' own packages: kept out of the project's .venv because mlflow pins pyarrow<26 and (through
