@@ -18,9 +18,11 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -53,13 +55,22 @@ def netns_pids() -> list[int]:
     return pids
 
 
+def temp_dir(work: pathlib.Path) -> pathlib.Path:
+    """Ray's session folder: under `work` unless its socket paths would pass AF_UNIX's 107 bytes."""
+    path = work / "ray"
+    if len(str(path)) > 40:
+        path = pathlib.Path(tempfile.mkdtemp(prefix="sfbench-ray-"))
+        (work / "ray-temp-dir").write_text(str(path))
+    return path
+
+
 def start_head(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], float]:
     ray = pathlib.Path(sys.executable).parent / "ray"
     t0 = time.monotonic()
     cmd = [
         str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={GCS_PORT}",
         "--dashboard-host=127.0.0.1", f"--dashboard-port={DASHBOARD_PORT}", "--include-dashboard=true",
-        "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={work / 'ray'}",
+        "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={temp_dir(work)}",
     ]  # fmt: skip
     log = (work / "ray-head.log").open("ab")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -281,6 +292,9 @@ def main() -> int:
             result["ray_version"] = __import__("ray").__version__
     finally:
         stop_all(proc)
+        moved = args.work / "ray-temp-dir"
+        if moved.exists():
+            shutil.rmtree(moved.read_text(), ignore_errors=True)
     print(json.dumps(result), flush=True)
     return 0
 
