@@ -22,6 +22,7 @@ import random
 import shutil
 import subprocess
 import time
+from typing import Any
 
 from bench.common import PEER_NOT_RUN, QUICK, WORK, Result, fresh_dir, log, ratio_lower_better
 from bench.console import SF, Client, running_console
@@ -114,7 +115,7 @@ def run() -> list[Result]:
     ours = measure_ours()
     log(f"packaging: first {ours['first_s']:.2f} s ({ours['first_mb_s']:.0f} MB/s), again {ours['again_s']:.2f} s")
     size = ours["bytes"]
-    pkg = ray["package"] if ray else {"first_s": None, "again_s": None}
+    pkg: dict[str, Any] = ray["package"] if ray else {"first_s": None, "again_s": None}
     ray_rate = pkg["bytes"] / 1e6 / pkg["first_s"] if ray else None
     refused = "full_lab_refused" in pkg
     ray_note = ""
