@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pathlib
 import sqlite3
@@ -30,6 +31,7 @@ from starforge_api.job.v1 import job_state_pb2 as st
 from bench.common import (
     PEER_NOT_RUN,
     QUICK,
+    WORK,
     Result,
     fresh_dir,
     loadavg,
@@ -46,6 +48,7 @@ from common.channel import aio_channel
 JOBS = 24 if QUICK else int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "1000"))
 CLIENTS = 8
 TIMEOUT_S = 1800.0
+STALL_S = 120.0  # no job ended for this long: something is stuck
 TRAIN_SH = "#!/usr/bin/env bash\ntrue\n"
 TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
 
@@ -70,7 +73,7 @@ async def _ours(console: Console) -> dict[str, Any]:
     submitted: dict[str, float] = {}
     db = console.state_dir / "ledger.db"
     pids = console.pids()
-    cpu0 = [cpu_seconds(p, children=True) for p in pids]
+    cpu0 = [cpu_seconds(p, children=c) for p in pids for c in (False, True)]
     try:
 
         async def client(i: int, n: int) -> None:
@@ -87,18 +90,24 @@ async def _ours(console: Console) -> dict[str, Any]:
         try:
             marks = ",".join(str(s) for s in TERMINAL)
             deadline = time.monotonic() + TIMEOUT_S
-            last = -1
+            last, moved = -1, time.monotonic()
             while True:
                 done = conn.execute(f"SELECT count(*) FROM jobs WHERE state IN ({marks})").fetchone()[0]
                 if done >= JOBS:
                     break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {done} of {JOBS} jobs ended within {TIMEOUT_S:.0f} s")
+                if done != last:
+                    moved = time.monotonic()
+                if time.monotonic() > deadline or time.monotonic() - moved > STALL_S:
+                    stuck = conn.execute(
+                        f"SELECT a.id, a.state, a.reason FROM attempts a JOIN jobs j ON j.id = a.job_id "
+                        f"WHERE j.state NOT IN ({marks}) LIMIT 5"
+                    ).fetchall()
+                    raise RuntimeError(f"{done} of {JOBS} jobs ended, none for {STALL_S:.0f} s; waiting: {stuck}")
                 if done // 100 != last // 100:
                     log(f"throughput: {done}/{JOBS} ended after {time.time() - t_start:.0f} s")
                 last = done
                 await asyncio.sleep(0.2)
-            cpu1 = [cpu_seconds(p, children=True) for p in pids]
+            cpu1 = [cpu_seconds(p, children=c) for p in pids for c in (False, True)]
             rows = conn.execute(
                 "SELECT job_id, min(at) FROM job_events WHERE to_state = ? GROUP BY job_id", (st.JOB_STATE_SUCCEEDED,)
             ).fetchall()
@@ -133,7 +142,13 @@ async def _ours(console: Console) -> dict[str, Any]:
         "latency": summary(latencies),
         "queued_to_running": summary(queued_to_running),
         "running_to_succeeded": summary(running_to_done),
-        "cpu_s": {name: round(b - a, 1) for name, a, b in zip(("control", "executor"), cpu0, cpu1, strict=False)},
+        # the executor's "with_children" includes the attempts (bootstrap.sh, runner, train.sh) it waited for
+        "cpu_s": {
+            name: round(b - a, 1)
+            for name, a, b in zip(
+                ("control", "control_with_children", "executor", "executor_with_children"), cpu0, cpu1, strict=False
+            )
+        },
     }
 
 
@@ -217,16 +232,22 @@ def measure_slurm() -> dict[str, Any]:
         cluster.stop(run_dir)
 
 
+def _kept(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """Each side's figures are written as soon as measured (a later side may fail or hang)."""
+    (WORK / f"throughput-{name}.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
 def run() -> list[Result]:
     ray: dict[str, Any] | None = None
     slurm: dict[str, Any] | None = None
     if not skip_peer("throughput"):
         log(f"throughput: Slurm peer ({JOBS} jobs)")
-        slurm = measure_slurm()
+        slurm = _kept("slurm", measure_slurm())
         log(f"throughput: Slurm {slurm['per_s']:.1f} jobs/s; Ray peer")
-        ray = measure_ray()
-        log(f"throughput: Ray {ray['per_s']:.1f} jobs/s; ours")
-    ours = measure_ours()
+        ray = _kept("ray", measure_ray())
+        log(f"throughput: Ray {ray['per_s']:.2f} jobs/s ({ray['succeeded']}/{JOBS} SUCCEEDED); ours")
+    ours = _kept("ours", measure_ours())
     log(f"throughput: ours {ours['per_s']:.1f} jobs/s, p99 {ours['latency']['p99']:.1f} s, CPU {ours['cpu_s']}")
     rate_ray = ratio_higher_better(ours["per_s"], ray["per_s"] if ray else None)
     rate_slurm = ratio_higher_better(ours["per_s"], slurm["per_s"] if slurm else None)
