@@ -86,28 +86,39 @@ def make_running(state_dir: pathlib.Path, owner: str, n: int) -> list[tuple[str,
         db.close()
 
 
-async def _report(address: str, attempt_id: str, token: str, stop_at: float) -> int:
+async def _report(address: str, attempt_id: str, token: str, stop_at: float, errors: list[str]) -> int:
+    """One run's Report stream: a line every INTERVAL_S; on a broken stream it resumes after the
+    server's cursor (as the capsule's sender does)."""
     channel = aio_channel(address)
     stub = pb_grpc.IngestServiceStub(channel)
     sent = 0
+    seq = 0
 
     async def requests() -> Any:
-        nonlocal sent
-        seq = 0
+        nonlocal sent, seq
         while time.time() < stop_at:
-            seq += 1
             req = pb.ReportRequest(attempt_id=attempt_id)
-            rec = req.records.add(seq=seq)
+            rec = req.records.add(seq=seq + 1)
             rec.time.GetCurrentTime()
             rec.log_chunk.stream = telemetry_pb2.LOG_STREAM_STDOUT
-            rec.log_chunk.lines.append(f"tick {seq} {time.time():.6f}")
+            rec.log_chunk.lines.append(f"tick {seq + 1} {time.time():.6f}")
+            seq += 1
             sent += 1
             yield req
             await asyncio.sleep(INTERVAL_S)
 
     try:
-        async for _ in stub.Report(requests(), metadata=bearer(token)):
-            pass
+        while time.time() < stop_at:
+            try:
+                cursor = await stub.GetCursor(pb.GetCursorRequest(attempt_id=attempt_id), metadata=bearer(token))
+                seq = cursor.acked_seq
+                async for _ in stub.Report(requests(), metadata=bearer(token)):
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                await asyncio.sleep(0.5)
     finally:
         await channel.close(None)
     return sent
@@ -116,11 +127,23 @@ async def _report(address: str, attempt_id: str, token: str, stop_at: float) -> 
 def _reporter(address: str, runs: list[tuple[str, str, str]], stop_at: float, out: Any) -> None:
     async def go() -> int:
         # spread the runs' ticks over the interval, as independent jobs would print
+        errors: list[str] = []
+
         async def one(i: int, attempt_id: str, token: str) -> int:
             await asyncio.sleep(INTERVAL_S * i / len(runs))
-            return await _report(address, attempt_id, token, stop_at)
+            return await _report(address, attempt_id, token, stop_at, errors)
 
-        return sum(await asyncio.gather(*(one(i, a, t) for i, (_, a, t) in enumerate(runs))))
+        async def tell() -> None:
+            while True:
+                await asyncio.sleep(10)
+                if errors:
+                    log(f"followers: reporter stream errors so far {len(errors)}, last: {errors[-1]}")
+
+        teller = asyncio.ensure_future(tell())
+        try:
+            return sum(await asyncio.gather(*(one(i, a, t) for i, (_, a, t) in enumerate(runs))))
+        finally:
+            teller.cancel()
 
     out.put(("sent", asyncio.run(go())))
 
@@ -138,29 +161,40 @@ def _followers(k: int, address: str, token: str, job_ids: list[str], window: Any
         errors: list[str] = []
 
         async def follow(i: int, job_id: str) -> None:
-            req = ctl.StreamJobLogsRequest(job_id=job_id, follow=True, tail_lines=1)
-            try:
-                async for r in stubs[i // STREAMS_PER_CHANNEL].StreamJobLogs(req, metadata=md):
-                    now = time.time()
-                    have_line[i] = True
-                    begin, end = window[0], window[1] or float("inf")
-                    for line in r.lines:
-                        parts = line.text.split()
-                        if len(parts) == 3 and parts[0] == "tick":
-                            printed = float(parts[2])
-                            if begin and begin <= printed < end:
-                                latencies.append(now - printed)
-                    if r.final_state:
-                        return
-            except Exception as exc:
-                if len(errors) < 5:
+            """Follows, resuming after the last line on a broken stream (as `sf job logs -f` does)."""
+            cursor: tuple[int, int] | None = None
+            while True:
+                req = ctl.StreamJobLogsRequest(job_id=job_id, follow=True, tail_lines=1)
+                if cursor is not None:
+                    req = ctl.StreamJobLogsRequest(
+                        job_id=job_id, follow=True, after_attempt_number=cursor[0], after_offset=cursor[1]
+                    )
+                try:
+                    async for r in stubs[i // STREAMS_PER_CHANNEL].StreamJobLogs(req, metadata=md):
+                        now = time.time()
+                        have_line[i] = True
+                        begin, end = window[0], window[1] or float("inf")
+                        for line in r.lines:
+                            cursor = (line.attempt_number, line.offset)
+                            parts = line.text.split()
+                            if len(parts) == 3 and parts[0] == "tick":
+                                printed = float(parts[2])
+                                if begin and begin <= printed < end:
+                                    latencies.append(now - printed)
+                        if r.final_state:
+                            return
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                    await asyncio.sleep(0.5)
 
         tasks = [asyncio.ensure_future(follow(i, j)) for i, j in enumerate(job_ids)]
         while not all(have_line) and not window[1]:
-            await asyncio.sleep(0.5)
-            out.put(("ready", k, sum(have_line)))
-        out.put(("ready", k, sum(have_line)))
+            await asyncio.sleep(1.0)
+            out.put(("ready", k, sum(have_line), len(errors), errors[-1:]))
+        out.put(("ready", k, sum(have_line), len(errors), errors[-1:]))
         while not window[1] or time.time() < window[1] + 3.0:  # noqa: ASYNC110 (set by another process)
             await asyncio.sleep(0.2)
         for t in tasks:
@@ -168,7 +202,7 @@ def _followers(k: int, address: str, token: str, job_ids: list[str], window: Any
         await asyncio.gather(*tasks, return_exceptions=True)
         for ch in channels:
             await ch.close(None)
-        out.put(("done", latencies, errors))
+        out.put(("done", latencies, [*errors[:5], f"{len(errors)} stream errors in all"]))
 
     asyncio.run(go())
 
@@ -203,12 +237,16 @@ def measure_ours() -> dict[str, Any]:
         results: list[tuple[list[float], list[str]]] = []
         try:
             deadline = time.monotonic() + 600
+            said = time.monotonic()
             while sum(ready) < FOLLOWERS:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"only {sum(ready)} of {FOLLOWERS} followers got a line within 600 s")
                 kind, *rest = queue.get(timeout=600)
                 if kind == "ready":
                     ready[rest[0]] = rest[1]
+                    if time.monotonic() - said > 10:
+                        said = time.monotonic()
+                        log(f"followers: {sum(ready)} of {FOLLOWERS} have a line; errors {rest[2]} {rest[3]}")
             connect_s = time.monotonic() - t0
             log(f"followers: {FOLLOWERS} streams have a line after {connect_s:.0f} s; measuring {MEASURE_S:.0f} s")
             pid = console.proc.pid
