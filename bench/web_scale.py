@@ -63,6 +63,7 @@ CHROMIUM_ARGS = [
     "--enable-precise-memory-info",
 ]
 DRAW_TIMEOUT_S = 180.0
+MLFLOW_FIRST_SCREEN = 6  # chart plots MLflow 3.17 shows on the first 1400x1000 screen
 
 
 def free_port_pair() -> int:
@@ -293,8 +294,10 @@ def mlflow_peer_main(work: pathlib.Path) -> dict[str, Any]:
         async def no_sign_in(page: Any) -> None:
             await page.goto(url + "/")
 
-        # MLflow draws each metric's chart as a plotly plot inside a chart card
-        drawn = f"() => document.querySelectorAll('.js-plotly-plot').length >= {SERIES}"
+        # MLflow draws each metric's chart as a plotly plot, lazily: only the cards in (or near) the
+        # viewport get one (9 of 20 at 1400x1000), each from 320 sampled points per series. Drawn
+        # here means: the first screen's plots are there (all 20 are never drawn without scrolling).
+        drawn = f"() => document.querySelectorAll('.js-plotly-plot').length >= {MLFLOW_FIRST_SCREEN}"
         state_js = "() => ({plots: document.querySelectorAll('.js-plotly-plot').length})"
         os.environ["STARFORGE_BENCH_SHOT"] = str(work / "mlflow-run-page.png")
         page_url = f"{url}/#/experiments/0/runs/{run_id}/model-metrics"
@@ -338,8 +341,11 @@ def run() -> list[Result]:
     load = f"{LOG_LINES:,} log lines, {SERIES * STEPS:,} points / {SERIES} series"
     peer_name = PEER_NOT_RUN
     if mlflow:
-        drawn = "all drawn" if mlflow["drawn"] else f"NOT all drawn: {mlflow['state']}"
-        peer_name = f"MLflow {mlflow.get('mlflow_version', '')} UI run page, model metrics ({drawn})"
+        drawn = "first screen drawn" if mlflow["drawn"] else f"NOT drawn: {mlflow['state']}"
+        peer_name = (
+            f"MLflow {mlflow.get('mlflow_version', '')} UI run page, model metrics ({drawn}; it draws only "
+            "the charts in view, from 320 sampled points per series)"
+        )
     heap = max(ours["js_heap_mib_after_draw"], ours["js_heap_mib_after_gc"])
     peer_heap = max(mlflow["js_heap_mib_after_draw"], mlflow["js_heap_mib_after_gc"]) if mlflow else None
     return [
