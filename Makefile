@@ -146,7 +146,7 @@ unit: venv frameworks
 check: lint
 	$(BIN)/python -m pytest -p no:cacheprovider -q tests/unit
 
-bench: setup  ## benchmarks against peers (Ray, slurmrestd, MLflow), ~20 min; table in docs/benchmarks.md
+bench: setup  ## benchmarks against peers (Ray, slurmrestd, MLflow), an hour or more (throughput: 1,000 jobs each side); table in docs/benchmarks.md
 	$(BIN)/pip install --quiet -c requirements.lock -e '.[bench]'
 	$(BIN)/python -m bench
 

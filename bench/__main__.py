@@ -1,6 +1,6 @@
 """`python -m bench [NAME ...]`: run the benchmarks (all by default) and print the table.
 
-Names: submit, capsule, admission, queue, ingest, log-follow, packaging. Results also go to
+Names: submit, capsule, admission, queue, ingest, log-follow, packaging, throughput, followers, web. Results also go to
 build/bench/results.json and, as the Markdown rows of docs/benchmarks.md, to build/bench/results.md.
 STARFORGE_BENCH_QUICK=1 runs smaller variants (for trying the harness, not for the table).
 """
@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from bench.common import QUICK, WORK, Result, log, machine
+from bench.common import NO_PEER, QUICK, WORK, Result, log, machine
 
 MODULES = {
     "submit": "bench.submit",
@@ -27,6 +27,9 @@ MODULES = {
     "admission": "bench.admission",
     "ingest": "bench.ingest",
     "queue": "bench.queue_scale",
+    "throughput": "bench.throughput",
+    "followers": "bench.followers",
+    "web": "bench.web_scale",
 }
 
 
@@ -106,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
             continue
         for r in rows:
+            if not r.peer and r.ratio is None and not r.ratio_note:
+                r.ratio_note = NO_PEER
             r.details["load_after"] = machine()["load"]
             r.details["seconds"] = round(time.monotonic() - t0, 1)
         results.extend(rows)

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, summary
+from bench.common import PEER_NOT_RUN, QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, skip_peer, summary
 from bench.console import Client, Console, running_console
 from bench.trivial import TRAIN_SH
 from common.channel import aio_channel
@@ -133,9 +133,11 @@ def measure_slurm() -> dict[str, float]:
 
 
 def run() -> list[Result]:
-    log("admission: slurmrestd peer")
-    slurm = measure_slurm()
-    log(f"admission: slurm {slurm['per_s']:.0f}/s; ours on SQLite")
+    slurm: dict[str, Any] = {"per_s": None}
+    if not skip_peer("admission"):
+        log("admission: slurmrestd peer")
+        slurm = measure_slurm()
+        log(f"admission: slurm {slurm['per_s']:.0f}/s; ours on SQLite")
     sqlite = measure_ours()
     log(f"admission: sqlite {sqlite['per_s']:.0f}/s; ours on PostgreSQL")
     with pg_database() as url:
@@ -150,7 +152,7 @@ def run() -> list[Result]:
                 metric=f"admitted submissions/s, 32 clients, {db}",
                 figure=ours["per_s"],
                 unit="/s",
-                peer="slurmrestd 24.11 job submit (held jobs), 32 clients",
+                peer="slurmrestd 24.11 job submit (held jobs), 32 clients" if slurm["per_s"] else PEER_NOT_RUN,
                 peer_figure=slurm["per_s"],
                 ratio=ratio,
                 ratio_note="ours / slurmrestd",

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-WORK = REPO / "build" / "bench"
+WORK = pathlib.Path(os.environ.get("STARFORGE_BENCH_WORK") or REPO / "build" / "bench").resolve()
 PEERS_VENV = REPO / "build" / "bench-peers"
 PEERS_PYTHON = PEERS_VENV / "bin" / "python"
 # The peers' own packages: kept out of the project's .venv because mlflow pins pyarrow<26 and (through
@@ -30,6 +30,19 @@ PEERS_PYTHON = PEERS_VENV / "bin" / "python"
 PEER_PACKAGES = ("ray[default]==2.60.0", "mlflow==3.17.2")
 PEERS_DIR = pathlib.Path(__file__).resolve().parent / "peers"
 QUICK = os.environ.get("STARFORGE_BENCH_QUICK") == "1"
+# Quick mode (trying the harness) skips the peers that are costly to start (a Ray head, an MLflow
+# server, the Slurm cluster; the first run also builds their virtualenv) unless this is set too.
+PEERS_IN_QUICK = os.environ.get("STARFORGE_BENCH_PEERS") == "1"
+PEER_NOT_RUN = "peer not run in quick mode"
+NO_PEER = "no peer"
+
+
+def skip_peer(row: str) -> bool:
+    """True (and says so) when `row`'s costly peer is left out: quick mode without STARFORGE_BENCH_PEERS=1."""
+    if QUICK and not PEERS_IN_QUICK:
+        log(f"{row}: {PEER_NOT_RUN} (STARFORGE_BENCH_PEERS=1 runs it)")
+        return True
+    return False
 
 
 @dataclass

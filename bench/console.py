@@ -55,6 +55,7 @@ class Console:
     address: str
     token: str
     user: str
+    ui: str = ""  # the web console's URL (envoy), when it serves one
 
     @property
     def md(self) -> tuple[tuple[str, str], ...]:
@@ -82,8 +83,11 @@ class Console:
         return {"control_rss_mib": control["rss"], "control_peak_mib": control["hwm"]}
 
 
-def start_console(state_dir: pathlib.Path, *, database_url: str = "", extra_yaml: str = "") -> Console:
-    """`sf up` in the foreground of a child process; returns once it serves."""
+def start_console(
+    state_dir: pathlib.Path, *, database_url: str = "", extra_yaml: str = "", listen: str = "127.0.0.1:0"
+) -> Console:
+    """`sf up` in the foreground of a child process; returns once it serves. With a fixed `listen`
+    port (and web/dist built), the web console is served too, behind envoy, on that port + 10."""
     state_dir.mkdir(parents=True, exist_ok=True)
     text = CONSOLE_YAML + (f"database_url: {database_url}\n" if database_url else "") + extra_yaml
     (state_dir / "console.yaml").write_text(text)
@@ -98,7 +102,7 @@ def start_console(state_dir: pathlib.Path, *, database_url: str = "", extra_yaml
         "--state-dir",
         str(state_dir),
         "--listen",
-        "127.0.0.1:0",
+        listen,
         "--ready-file",
         str(ready),
     ]
@@ -115,7 +119,7 @@ def start_console(state_dir: pathlib.Path, *, database_url: str = "", extra_yaml
         time.sleep(0.05)
     token = pathlib.Path(info["token_file"]).read_text().strip()
     log(f"console pid {proc.pid} at {info['address']} ({database_url or 'sqlite'})")
-    return Console(proc, state_dir, info["address"], token, info["user"])
+    return Console(proc, state_dir, info["address"], token, info["user"], info.get("ui") or "")
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from google.protobuf import timestamp_pb2
 from starforge_api.ingest.v1 import ingest_service_pb2 as pb
 from starforge_api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 
-from bench.common import QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, run_peer
+from bench.common import PEER_NOT_RUN, QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, run_peer, skip_peer
 from bench.console import running_console
 from common.channel import aio_channel, bearer
 
@@ -245,14 +245,16 @@ def measure_floor() -> dict[str, Any]:
 
 
 def run() -> list[Result]:
-    log("ingest: MLflow peer")
-    work = fresh_dir("mlflow")
-    peer = run_peer(
-        "mlflow_peer.py",
-        ["--work", str(work), "--runs", str(RUNS), "--procs", str(PROCS), "--seconds", str(MEASURE_S)],
-        timeout=600,
-    )
-    log(f"ingest: MLflow {peer['per_s']:.0f} points/s; ours")
+    peer: dict[str, Any] = {"per_s": None}
+    if not skip_peer("ingest"):
+        log("ingest: MLflow peer")
+        work = fresh_dir("mlflow")
+        peer = run_peer(
+            "mlflow_peer.py",
+            ["--work", str(work), "--runs", str(RUNS), "--procs", str(PROCS), "--seconds", str(MEASURE_S)],
+            timeout=600,
+        )
+        log(f"ingest: MLflow {peer['per_s']:.0f} points/s; ours")
     ours = measure_ours()
     log(f"ingest: ours {ours['per_s']:.0f} points/s; floor (decode and acknowledge only)")
     floor = measure_floor()
@@ -264,7 +266,9 @@ def run() -> list[Result]:
             metric="metric points stored/s, 100 concurrent runs (SQLite)",
             figure=ours["per_s"],
             unit="points/s",
-            peer=f"MLflow {peer.get('mlflow_version', '')} tracking server log_batch (SQLite store)",
+            peer=f"MLflow {peer.get('mlflow_version', '')} tracking server log_batch (SQLite store)"
+            if peer["per_s"] is not None
+            else PEER_NOT_RUN,
             peer_figure=peer["per_s"],
             ratio=ratio,
             ratio_note="ours / MLflow",

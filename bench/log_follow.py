@@ -16,9 +16,9 @@ import subprocess
 import threading
 import time
 
-from bench.common import QUICK, Result, fresh_dir, log, ratio_lower_better, summary
+from bench.common import PEER_NOT_RUN, QUICK, Result, fresh_dir, log, ratio_lower_better, summary
 from bench.console import Client, Console, running_console
-from bench.peers_cache import ray_results
+from bench.peers_cache import ray_or_none
 
 LINES = 100 if QUICK else 300
 GAP_S = 0.02
@@ -90,15 +90,15 @@ def run() -> list[Result]:
         raise RuntimeError(f"sf job logs -f printed {len(ours)} of {LINES} lines")
     s = summary(ours)
     log(f"log follow: ours p50 {s['p50'] * 1000:.0f} ms p99 {s['p99'] * 1000:.0f} ms")
-    ray = ray_results()
-    peer = summary(ray["log_latency"])
+    ray = ray_or_none("log-follow")
+    peer = summary(ray["log_latency"]) if ray else {"p99": None}
     return [
         Result(
             name="log-follow",
             metric="printed line -> shown by `sf job logs -f`, p99",
             figure=s["p99"],
             unit="s",
-            peer=f"Ray {ray.get('ray_version', '')} tail_job_logs, p99",
+            peer=f"Ray {ray.get('ray_version', '')} tail_job_logs, p99" if ray else PEER_NOT_RUN,
             peer_figure=peer["p99"],
             ratio=ratio_lower_better(s["p99"], peer["p99"]),
             ratio_note="Ray p99 / ours p99",

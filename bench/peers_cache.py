@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import QUICK, WORK, log, run_peer
+from bench.common import QUICK, WORK, log, run_peer, skip_peer
 
 _ray: list[dict[str, Any]] = []
 _failed: list[BaseException] = []
@@ -29,3 +29,8 @@ def ray_results() -> dict[str, Any]:
         if any(not a.strip("[]").removeprefix("::ffff:").startswith("127.") for a in doc.get("connections", [])):
             raise RuntimeError(f"the Ray peer talked to a non-loopback address: {doc['connections']}")
     return _ray[0]
+
+
+def ray_or_none(row: str) -> dict[str, Any] | None:
+    """The Ray run's results, or None where quick mode leaves the peer out (said in the log)."""
+    return None if skip_peer(row) else ray_results()

@@ -18,9 +18,11 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -53,13 +55,22 @@ def netns_pids() -> list[int]:
     return pids
 
 
+def temp_dir(work: pathlib.Path) -> pathlib.Path:
+    """Ray's session folder: under `work` unless its socket paths would pass AF_UNIX's 107 bytes."""
+    path = work / "ray"
+    if len(str(path)) > 40:
+        path = pathlib.Path(tempfile.mkdtemp(prefix="sfbench-ray-"))
+        (work / "ray-temp-dir").write_text(str(path))
+    return path
+
+
 def start_head(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], float]:
     ray = pathlib.Path(sys.executable).parent / "ray"
     t0 = time.monotonic()
     cmd = [
         str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={GCS_PORT}",
         "--dashboard-host=127.0.0.1", f"--dashboard-port={DASHBOARD_PORT}", "--include-dashboard=true",
-        "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={work / 'ray'}",
+        "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={temp_dir(work)}",
     ]  # fmt: skip
     log = (work / "ray-head.log").open("ab")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -189,6 +200,67 @@ def package(client: Any, lab: pathlib.Path) -> dict[str, Any]:
     return out
 
 
+def throughput(n: int, clients: int, timeout: float) -> dict[str, Any]:
+    """`n` jobs whose entrypoint is `true`, submitted by `clients` threads (each its own client, one
+    submission after another); returns jobs ended per second and submit -> SUCCEEDED (the job's
+    end_time, in ms) once every job ended, or how many ended when `timeout` ran out."""
+    import threading
+
+    url = f"http://127.0.0.1:{DASHBOARD_PORT}"
+    submitted: dict[str, float] = {}
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        c = JobSubmissionClient(url)
+        for _ in range(k):
+            t0 = time.time()
+            try:
+                submitted[c.submit_job(entrypoint="true")] = t0
+            except Exception as exc:
+                errors.append(str(exc)[:200])
+
+    shares = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
+    t_start = time.time()
+    threads = [threading.Thread(target=worker, args=(k,)) for k in shares]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    t_submitted = time.time()
+    client = JobSubmissionClient(url)
+    ended: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while len(ended) + len(failed) < len(submitted) and time.monotonic() < deadline:
+        for job in client.list_jobs():
+            sid = job.submission_id
+            if sid in submitted and sid not in ended and job.status in TERMINAL:
+                if job.status == JobStatus.SUCCEEDED and job.end_time:
+                    ended[sid] = job.end_time / 1000
+                else:
+                    failed[sid] = str(job.status)
+        print(f"ray throughput: {len(ended)}/{n} after {time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
+        time.sleep(1.0)
+    span = (max(ended.values()) if ended else time.time()) - t_start
+    lat = sorted(ended[j] - t0 for j, t0 in submitted.items() if j in ended)
+    return {
+        "jobs": n,
+        "succeeded": len(ended),
+        "failed": len(failed),
+        "submit_errors": errors[:5],
+        "submit_errors_n": len(errors),
+        "complete": len(ended) == n,
+        "per_s": len(ended) / span if span > 0 else 0.0,
+        "span_s": span,
+        "submit_s": t_submitted - t_start,
+        "latency": {
+            "p50": lat[len(lat) // 2] if lat else None,
+            "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
+            "max": lat[-1] if lat else None,
+        },
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--work", type=pathlib.Path, required=True)
@@ -196,21 +268,33 @@ def main() -> int:
     p.add_argument("--log-lines", type=int, default=200)
     p.add_argument("--log-gap", type=float, default=0.02)
     p.add_argument("--lab", type=pathlib.Path)
+    p.add_argument("--throughput", type=int, default=0, help="only the throughput run, of this many jobs")
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--timeout", type=float, default=1800.0)
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     proc, started = start_head(args.work)
     result: dict[str, Any] = {"head_start_s": started}
     try:
         client = JobSubmissionClient(f"http://127.0.0.1:{DASHBOARD_PORT}")
-        result["submit_to_running"] = submit_to_running(client, args.work, args.runs)
-        result["head_rss_mib"] = rss_mib()
-        result["log_latency"] = log_latency(client, args.work, args.log_lines, args.log_gap)
-        if args.lab is not None:
-            result["package"] = package(client, args.lab)
-        result["connections"] = remote_addresses()
-        result["ray_version"] = __import__("ray").__version__
+        if args.throughput:
+            result.update(throughput(args.throughput, args.clients, args.timeout))
+            result["head_rss_mib"] = rss_mib()
+            result["connections"] = remote_addresses()
+            result["ray_version"] = __import__("ray").__version__
+        else:
+            result["submit_to_running"] = submit_to_running(client, args.work, args.runs)
+            result["head_rss_mib"] = rss_mib()
+            result["log_latency"] = log_latency(client, args.work, args.log_lines, args.log_gap)
+            if args.lab is not None:
+                result["package"] = package(client, args.lab)
+            result["connections"] = remote_addresses()
+            result["ray_version"] = __import__("ray").__version__
     finally:
         stop_all(proc)
+        moved = args.work / "ray-temp-dir"
+        if moved.exists():
+            shutil.rmtree(moved.read_text(), ignore_errors=True)
     print(json.dumps(result), flush=True)
     return 0
 

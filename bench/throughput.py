@@ -1,0 +1,303 @@
+"""End-to-end throughput: 1,000 trivial jobs submitted at once by 8 clients, until all SUCCEEDED.
+
+Ours: the real embedded console (`sf up`: control plane + local executor, process runtime, its
+4 CPU slots), SQLite ledger. The workspace of a custom/custom job whose train.sh is `true` is
+uploaded once; then 8 clients (one gRPC channel each) submit their share of the jobs one after
+another, all 8 at the same time. A job's submit time is taken on the client right before its
+SubmitJob call; its end is the server's SUCCEEDED event time (same machine, same clock), read from
+the ledger once every job has ended. Figures: jobs finished per second (jobs / (last SUCCEEDED -
+first submit)) and the p99 of submit -> SUCCEEDED. The CPU time of the control plane and of the
+executor (with the attempts it waited for) over the run says what the machine spent where.
+
+Peers, on the same machine: Ray Jobs (a local head in a loopback-only netns, 8 threads each
+with its own JobSubmissionClient submitting `true`, end from the job's `end_time`), and Slurm
+(slurmrestd of the project's Slurm 24.11 test cluster, two nodes of 8 CPUs, 8 clients submitting
+a `#!/bin/sh true` batch job, end from the job's `end_time`, which Slurm keeps in whole seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import sqlite3
+import time
+from typing import Any
+
+from starforge_api.job.v1 import job_state_pb2 as st
+
+from bench.common import (
+    PEER_NOT_RUN,
+    QUICK,
+    WORK,
+    Result,
+    fresh_dir,
+    loadavg,
+    log,
+    ratio_higher_better,
+    ratio_lower_better,
+    run_peer,
+    skip_peer,
+    summary,
+)
+from bench.console import Client, Console, running_console
+from common.channel import aio_channel
+
+JOBS = 24 if QUICK else int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "1000"))
+CLIENTS = 8
+TIMEOUT_S = 1800.0
+STALL_S = 120.0  # no job ended for this long: something is stuck
+TRAIN_SH = "#!/usr/bin/env bash\ntrue\n"
+TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds of `pid` (and of the children it waited for)."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        f = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
+        return ticks / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def _shares(n: int, k: int) -> list[int]:
+    return [n // k + (1 if i < n % k else 0) for i in range(k)]
+
+
+async def _ours(console: Console) -> dict[str, Any]:
+    setup = Client(console)
+    spec = await setup.custom_spec(TRAIN_SH, experiment="e2e")
+    clients = [Client(console, aio_channel(console.address)) for _ in range(CLIENTS)]
+    submitted: dict[str, float] = {}
+    db = console.state_dir / "ledger.db"
+    pids = console.pids()
+    cpu0 = [cpu_seconds(p, children=c) for p in pids for c in (False, True)]
+    try:
+
+        async def client(i: int, n: int) -> None:
+            for _ in range(n):
+                t0 = time.time()
+                job = await clients[i].submit(spec)
+                submitted[job.job_id] = t0
+
+        t_start = time.time()
+        await asyncio.gather(*(client(i, n) for i, n in enumerate(_shares(JOBS, CLIENTS))))
+        t_submitted = time.time()
+        log(f"throughput: {JOBS} jobs submitted in {t_submitted - t_start:.1f} s; waiting for them to end")
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            marks = ",".join(str(s) for s in TERMINAL)
+            deadline = time.monotonic() + TIMEOUT_S
+            last, moved = -1, time.monotonic()
+            while True:
+                done = conn.execute(f"SELECT count(*) FROM jobs WHERE state IN ({marks})").fetchone()[0]
+                if done >= JOBS:
+                    break
+                if done != last:
+                    moved = time.monotonic()
+                if time.monotonic() > deadline or time.monotonic() - moved > STALL_S:
+                    stuck = conn.execute(
+                        f"SELECT a.id, a.state, a.reason FROM attempts a JOIN jobs j ON j.id = a.job_id "
+                        f"WHERE j.state NOT IN ({marks}) LIMIT 5"
+                    ).fetchall()
+                    raise RuntimeError(f"{done} of {JOBS} jobs ended, none for {STALL_S:.0f} s; waiting: {stuck}")
+                if done // 100 != last // 100:
+                    log(f"throughput: {done}/{JOBS} ended after {time.time() - t_start:.0f} s")
+                last = done
+                await asyncio.sleep(0.2)
+            cpu1 = [cpu_seconds(p, children=c) for p in pids for c in (False, True)]
+            rows = conn.execute(
+                "SELECT job_id, min(at) FROM job_events WHERE to_state = ? GROUP BY job_id", (st.JOB_STATE_SUCCEEDED,)
+            ).fetchall()
+            states = dict(conn.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
+            stages = conn.execute(
+                "SELECT job_id, to_state, min(at) FROM job_events WHERE to_state IN (?, ?, ?) "
+                "GROUP BY job_id, to_state",
+                (st.JOB_STATE_QUEUED, st.JOB_STATE_RUNNING, st.JOB_STATE_SUCCEEDED),
+            ).fetchall()
+        finally:
+            conn.close()
+    finally:
+        for c in clients:
+            await c.close()
+        await setup.close()
+    ended = {job_id: at for job_id, at in rows if job_id in submitted}
+    if len(ended) < JOBS:
+        named = {st.JobState.Name(k): v for k, v in states.items()}
+        raise RuntimeError(f"{len(ended)} of {JOBS} jobs SUCCEEDED (states: {named})")
+    by_job: dict[str, dict[int, float]] = {}
+    for job_id, state, at in stages:
+        by_job.setdefault(job_id, {})[state] = at
+    queued_to_running = [v[st.JOB_STATE_RUNNING] - v[st.JOB_STATE_QUEUED] for v in by_job.values() if len(v) == 3]
+    running_to_done = [v[st.JOB_STATE_SUCCEEDED] - v[st.JOB_STATE_RUNNING] for v in by_job.values() if len(v) == 3]
+    latencies = [ended[j] - t0 for j, t0 in submitted.items()]
+    span = max(ended.values()) - t_start
+    return {
+        "jobs": JOBS,
+        "per_s": JOBS / span,
+        "span_s": span,
+        "submit_s": t_submitted - t_start,
+        "latency": summary(latencies),
+        "queued_to_running": summary(queued_to_running),
+        "running_to_succeeded": summary(running_to_done),
+        # the executor's "with_children" includes the attempts (bootstrap.sh, runner, train.sh) it waited for
+        "cpu_s": {
+            name: round(b - a, 1)
+            for name, a, b in zip(
+                ("control", "control_with_children", "executor", "executor_with_children"), cpu0, cpu1, strict=False
+            )
+        },
+    }
+
+
+def measure_ours() -> dict[str, Any]:
+    work = fresh_dir("throughput")
+    with running_console(work / "console") as console:
+        load = loadavg()
+        out = asyncio.run(_ours(console))
+        out["memory"] = console.memory()
+    out["load_before"] = load[0]
+    return out
+
+
+def measure_ray() -> dict[str, Any]:
+    work = fresh_dir("ray-throughput")
+    return run_peer(
+        "ray_peer.py",
+        ["--work", str(work), "--throughput", str(JOBS), "--clients", str(CLIENTS), "--timeout", str(TIMEOUT_S)],
+        timeout=TIMEOUT_S + 300,
+    )
+
+
+def measure_slurm() -> dict[str, Any]:
+    from executor_svc.slurm.client import SlurmClient
+    from executor_svc.slurm.models import BatchJob
+    from tools.slurm import cluster
+
+    run_dir = fresh_dir("slurm-throughput")
+    info = cluster.start(run_dir, die_with_caller=True, log=lambda m: log(f"slurm: {m}"))
+    try:
+        job = BatchJob(
+            name="sfbench-e2e", script="#!/bin/sh\ntrue\n", working_directory=info.staging_dir, partition=info.partition
+        )
+
+        async def go() -> dict[str, Any]:
+            clients = [SlurmClient(info.restd_url, user=info.user, token=info.token) for _ in range(CLIENTS)]
+            submitted: dict[int, float] = {}
+            ended: dict[int, float] = {}
+            failed: dict[int, str] = {}
+            try:
+
+                async def client(i: int, n: int) -> None:
+                    for _ in range(n):
+                        t0 = time.time()
+                        r = await clients[i].submit(job)
+                        submitted[r.job_id] = t0
+
+                t_start = time.time()
+                await asyncio.gather(*(client(i, n) for i, n in enumerate(_shares(JOBS, CLIENTS))))
+                t_submitted = time.time()
+                deadline = time.monotonic() + TIMEOUT_S
+                # slurmctld forgets a finished job after MinJobAge (300 s): ends are kept as they are seen
+                while len(ended) + len(failed) < JOBS:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"slurm: only {len(ended)} of {JOBS} jobs completed in {TIMEOUT_S:.0f} s")
+                    for sj in await clients[0].list_jobs():
+                        if sj.job_id not in submitted or sj.job_id in ended or sj.job_id in failed:
+                            continue
+                        if sj.state == "COMPLETED" and sj.end_time is not None:
+                            ended[sj.job_id] = sj.end_time.timestamp()
+                        elif sj.state in {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}:
+                            failed[sj.job_id] = sj.state
+                    await asyncio.sleep(0.5)
+            finally:
+                for c in clients:
+                    await c.aclose()
+            if failed:
+                raise RuntimeError(f"slurm: {len(failed)} jobs did not complete: {list(failed.items())[:5]}")
+            span = max(ended.values()) - t_start
+            return {
+                "jobs": JOBS,
+                "per_s": JOBS / span,
+                "span_s": span,
+                "submit_s": t_submitted - t_start,
+                "latency": summary([ended[j] - t0 for j, t0 in submitted.items()]),
+                "slurm_version": info.slurm_version,
+            }
+
+        return asyncio.run(go())
+    finally:
+        cluster.stop(run_dir)
+
+
+def _kept(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """Each side's figures are written as soon as measured (a later side may fail or hang)."""
+    (WORK / f"throughput-{name}.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
+def run() -> list[Result]:
+    ray: dict[str, Any] | None = None
+    slurm: dict[str, Any] | None = None
+    if not skip_peer("throughput"):
+        log(f"throughput: Slurm peer ({JOBS} jobs)")
+        slurm = _kept("slurm", measure_slurm())
+        log(f"throughput: Slurm {slurm['per_s']:.1f} jobs/s; Ray peer")
+        ray = _kept("ray", measure_ray())
+        log(f"throughput: Ray {ray['per_s']:.2f} jobs/s ({ray['succeeded']}/{JOBS} SUCCEEDED); ours")
+    ours = _kept("ours", measure_ours())
+    log(f"throughput: ours {ours['per_s']:.1f} jobs/s, p99 {ours['latency']['p99']:.1f} s, CPU {ours['cpu_s']}")
+    rate_ray = ratio_higher_better(ours["per_s"], ray["per_s"] if ray else None)
+    rate_slurm = ratio_higher_better(ours["per_s"], slurm["per_s"] if slurm else None)
+    details = {"ours": ours, "ray": ray, "slurm": slurm}
+    load = f"{JOBS:,} trivial jobs, {CLIENTS} clients"
+    p99 = ours["latency"]["p99"]
+    peer_p99 = {k: (v["latency"]["p99"] if v else None) for k, v in (("ray", ray), ("slurm", slurm))}
+    return [
+        Result(
+            name="throughput-ray",
+            metric=f"jobs SUCCEEDED/s, {load}, local fleet (process runtime)",
+            figure=ours["per_s"],
+            unit="jobs/s",
+            peer=f"Ray {ray.get('ray_version', '')} Jobs, local head, {CLIENTS} clients" if ray else PEER_NOT_RUN,
+            peer_figure=ray["per_s"] if ray else None,
+            ratio=rate_ray,
+            ratio_note="ours / Ray",
+            target=">= 5x Ray",
+            met=(rate_ray or 0) >= 5,
+            command="python -m bench throughput",
+            details=details,
+        ),
+        Result(
+            name="throughput-slurm",
+            metric=f"jobs SUCCEEDED/s, {load}, vs Slurm",
+            figure=ours["per_s"],
+            unit="jobs/s",
+            peer=f"slurmrestd {slurm.get('slurm_version', '')}, 2 nodes x 8 CPUs, {CLIENTS} clients"
+            if slurm
+            else PEER_NOT_RUN,
+            peer_figure=slurm["per_s"] if slurm else None,
+            ratio=rate_slurm,
+            ratio_note="ours / Slurm",
+            target=">= Slurm",
+            met=(rate_slurm or 0) >= 1,
+            command="python -m bench throughput",
+            details=details,
+        ),
+        Result(
+            name="throughput-p99",
+            metric=f"submit -> SUCCEEDED, {load}, p99",
+            figure=p99,
+            unit="s",
+            peer="Ray Jobs, p99" if ray else PEER_NOT_RUN,
+            peer_figure=peer_p99["ray"],
+            ratio=ratio_lower_better(p99, peer_p99["ray"]),
+            ratio_note="Ray / ours" + (f"; Slurm p99 {peer_p99['slurm']:.1f} s" if peer_p99["slurm"] else ""),
+            target="(reported)",
+            met=None,
+            command="python -m bench throughput",
+            details={},
+        ),
+    ]

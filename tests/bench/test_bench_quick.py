@@ -1,0 +1,61 @@
+"""Every `make bench` row's harness works: each benchmark runs in quick mode (STARFORGE_BENCH_QUICK=1,
+tiny sizes, the costly peers left out) as `python -m bench NAME`, in its own work folder, and must
+produce its rows: a finite figure, and a ratio to its peer or an explicit "peer not run in quick
+mode" / "no peer". No timing is asserted: the figures of a quick run mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from bench.__main__ import MODULES
+from bench.common import NO_PEER, PEER_NOT_RUN
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Rows that need headless Chromium and the built web console (as tests/browser does).
+BROWSER = {"web"}
+
+
+def _marks(name: str) -> list[pytest.MarkDecorator]:
+    marks = [pytest.mark.slow]
+    if name in BROWSER:
+        marks.append(pytest.mark.browser)
+    return marks
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in MODULES])
+def test_bench_row_harness_runs_in_quick_mode(name: str, tmp_path: pathlib.Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("STARFORGE_BENCH_PEERS",)}
+    env.update(STARFORGE_BENCH_QUICK="1", STARFORGE_BENCH_WORK=str(tmp_path / "bench"))
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", name], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f"python -m bench {name} failed (exit {r.returncode}):\n{out[-4000:]}"
+    doc = json.loads((tmp_path / "bench" / "results.json").read_text())
+    assert doc["quick"] is True and doc["failed"] == [], doc["failed"]
+    rows = doc["results"]
+    assert rows, f"{name} produced no row:\n{out[-2000:]}"
+    for row in rows:
+        figure = row["figure"]
+        assert isinstance(figure, int | float) and math.isfinite(figure) and figure >= 0, row
+        if row["ratio"] is None:
+            assert row["peer"] == PEER_NOT_RUN or row["ratio_note"] == NO_PEER, (
+                f"row {row['name']} has neither a ratio to its peer nor says why: {row}"
+            )
+            if row["peer"] == PEER_NOT_RUN:
+                assert PEER_NOT_RUN in out, "the run does not say that the peer was left out"
+        else:
+            assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+        assert row["metric"] and row["command"].startswith("python -m bench"), row
+    # the table printed at the end names every row
+    for row in rows:
+        assert row["metric"][:40] in r.stdout, f"{row['metric']!r} not in the printed table"
