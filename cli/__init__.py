@@ -4,18 +4,29 @@ The CLI holds only a personal access token (never cluster credentials) and talks
 (the control plane) over gRPC. Command modules live in `cli.commands`; the pieces they share
 (config, client, lab, packing, spec building, output, errors) are small modules of their own so
 that integration tests can call them without going through the command line.
+
+Start-up time is part of the interface (`sf job ls` runs in scripts and loops): modules import
+what every command needs at the top and the rest where it is used, and `cli.main` loads a
+command's module only when that command runs (bench `cli`, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-from importlib import metadata
+from typing import Any
 
 
 def _version() -> str:
+    from importlib import metadata  # ~20 ms of imports: only `sf --version` needs it
+
     try:
         return metadata.version("starforge")
     except metadata.PackageNotFoundError:  # running from a source tree that was never installed
         return "0.0.0+unknown"
 
 
-__version__ = _version()
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        version = _version()
+        globals()["__version__"] = version
+        return version
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
