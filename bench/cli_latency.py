@@ -136,7 +136,12 @@ def _peers() -> tuple[dict[str, Any] | None, dict[str, Any] | None, str]:
     except Exception as exc:  # no chroot and no mirror to build it: the row still has Ray
         notes.append(f"squeue not measured: {type(exc).__name__}: {str(exc)[:300]}")
         log(f"cli: {notes[-1]}")
-    ray = ray_results().get("cli")
+    ray = None
+    try:
+        ray = ray_results().get("cli")
+    except Exception as exc:  # the row keeps its squeue peer
+        notes.append(f"ray not measured: {type(exc).__name__}: {str(exc)[:300]}")
+        log(f"cli: {notes[-1]}")
     ray_summary = {k: summary(v) for k, v in ray.items()} if ray else None
     return squeue, ray_summary, "; ".join(notes)
 
@@ -157,9 +162,7 @@ def run() -> list[Result]:
             metric="`sf job ls` wall time, warm console, 20 jobs, p50",
             figure=ls,
             unit="s",
-            peer=(
-                f"`squeue` (Slurm {squeue['slurm_version']}), 20 held jobs, p50" if squeue else "`ray job list`, p50"
-            )
+            peer=(f"`squeue` (Slurm {squeue['slurm_version']}), 20 held jobs, p50" if squeue else "`ray job list`, p50")
             + (ray_note if squeue else ""),
             peer_figure=squeue_p50 if squeue else ray_list,
             ratio=ratio_lower_better(ls, squeue_p50 if squeue else ray_list),
