@@ -1,6 +1,7 @@
 """`python -m bench [NAME ...]`: run the benchmarks (all by default) and print the table.
 
-Names: submit, capsule, admission, queue, ingest, log-follow, packaging, throughput, followers, web. Results also go to
+Names: submit, capsule, admission, queue, ingest, log-follow, packaging, cli, throughput, followers,
+web. Results also go to
 build/bench/results.json and, as the Markdown rows of docs/benchmarks.md, to build/bench/results.md.
 STARFORGE_BENCH_QUICK=1 runs smaller variants (for trying the harness, not for the table).
 """
@@ -27,6 +28,7 @@ MODULES = {
     "admission": "bench.admission",
     "ingest": "bench.ingest",
     "queue": "bench.queue_scale",
+    "cli": "bench.cli_latency",
     "throughput": "bench.throughput",
     "followers": "bench.followers",
     "web": "bench.web_scale",

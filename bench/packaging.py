@@ -10,6 +10,8 @@ the unchanged lab (the hash cache is kept; the console has every blob): wall tim
 Peer: Ray's `submit_job(runtime_env={"working_dir": lab})` on the same files (it hashes, zips and
 uploads the folder to the head, and skips the upload when the content hash is known), measured in
 the Ray run (bench/peers_cache.py).
+
+STARFORGE_BENCH_QUICK=1: a lab of 500 files / ~6 MB (its own folder), and no Ray peer.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ def run() -> list[Result]:
     pkg: dict[str, Any] = ray["package"] if ray else {"first_s": None, "again_s": None}
     ray_rate = pkg["bytes"] / 1e6 / pkg["first_s"] if ray else None
     refused = "full_lab_refused" in pkg
-    ray_note = ""
+    ray_note = "" if ray else " (not run in QUICK mode)"
     if refused:
         ray_note = f" (it refuses the whole lab, HTTP 413 over 100 MiB: measured on {pkg['bytes'] / 1e6:.0f} MB)"
     return [
@@ -145,8 +147,8 @@ def run() -> list[Result]:
             peer_figure=pkg["again_s"],
             ratio=ratio_lower_better(ours["again_s"], pkg["again_s"]),
             ratio_note="Ray / ours",
-            target="<= 1 s with 0 bytes uploaded",
-            met=ours["again_s"] <= 1.0 and ours["again_bytes_uploaded"] == 0,
+            target="<= 0.4 s with 0 bytes uploaded",
+            met=ours["again_s"] <= 0.4 and ours["again_bytes_uploaded"] == 0,
             command="python -m bench packaging",
             details={"ours": ours, "ray": pkg},
         ),

@@ -1,5 +1,5 @@
-"""The Ray peer runs once per `python -m bench` process: one head serves the submit, log-follow and
-packaging rows (started by PID inside a loopback-only network namespace, stopped right after)."""
+"""The Ray peer runs once per `python -m bench` process: one head serves the submit, log-follow,
+packaging and cli rows (started by PID inside a loopback-only network namespace, stopped right after)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def ray_results() -> dict[str, Any]:
         lab = packaging.ensure_data()
         log("Ray peer: head start, submit->RUNNING, log follow, working_dir upload")
         args = ["--work", str(WORK / "ray"), "--runs", str(trivial.RUNS), "--log-lines", "100" if QUICK else "300"]
+        args += ["--cli-runs", "3" if QUICK else "10"]
         try:
             _ray.append(run_peer("ray_peer.py", [*args, "--lab", str(lab)], timeout=900))
         except Exception as exc:

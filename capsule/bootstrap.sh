@@ -12,7 +12,8 @@
 #    found <y>" (or ": missing") on stderr, exit 97.
 # 3. exec the runner named in capsule.json (runner-<sha16>.pex, itself a listed, verified file).
 #
-# POSIX sh only (dash, busybox ash); no coreutils needed beyond the shell itself.
+# POSIX sh only (dash, busybox ash); no coreutils needed beyond the shell itself (mkdir and ln
+# only where the executor offers a shared runner venv: the process runtime, on its own host).
 
 set -u
 
@@ -162,5 +163,12 @@ fi
 if [ -z "${PEX_ROOT:-}" ] && [ -n "${FORGE_SCRATCH_DIR:-}" ]; then
 	PEX_ROOT=$FORGE_SCRATCH_DIR/.pex
 	export PEX_ROOT
+fi
+# A runner venv the executor installed read-only for this very interpreter (FORGE_PEX_VENVS,
+# FORGE_PEX_PYTHON): linked into this attempt's own PEX_ROOT, pex finds it and execs it at once
+# instead of installing one (seconds). Any other interpreter installs its own, as without it.
+if [ -n "${FORGE_PEX_VENVS:-}" ] && [ "${FORGE_PEX_PYTHON:-}" = "$PY" ] && [ -n "${PEX_ROOT:-}" ] &&
+	[ -d "$FORGE_PEX_VENVS" ] && [ ! -e "$PEX_ROOT/venvs" ] && [ ! -L "$PEX_ROOT/venvs" ]; then
+	{ [ -d "$PEX_ROOT" ] || mkdir -p "$PEX_ROOT"; } && ln -s "$FORGE_PEX_VENVS" "$PEX_ROOT/venvs" || true
 fi
 exec "$PY" -I "$FORGE_CAPSULE_DIR/$RUNNER"

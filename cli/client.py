@@ -8,26 +8,27 @@ module as a `CliError` with the right exit code (see `cli.errors.from_rpc`).
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from starforge_api.catalog.v1 import catalog_service_pb2_grpc
-from starforge_api.control.v1 import (
-    account_service_pb2_grpc,
-    blob_service_pb2_grpc,
-    control_service_pb2_grpc,
-    dataset_service_pb2_grpc,
-    fleet_service_pb2_grpc,
-    secret_service_pb2_grpc,
-)
-from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc
 
 from cli.errors import CliError, from_rpc, tls_failure, usage
+from common.addresses import is_loopback
 from common.channel import CHANNEL_OPTIONS, bearer
-from common.tls import is_loopback
+
+if TYPE_CHECKING:
+    from starforge_api.catalog.v1.catalog_service_pb2_grpc import CatalogServiceStub
+    from starforge_api.control.v1.account_service_pb2_grpc import AccountServiceStub
+    from starforge_api.control.v1.blob_service_pb2_grpc import BlobServiceStub
+    from starforge_api.control.v1.control_service_pb2_grpc import ControlServiceStub
+    from starforge_api.control.v1.dataset_service_pb2_grpc import DatasetServiceStub
+    from starforge_api.control.v1.fleet_service_pb2_grpc import FleetServiceStub
+    from starforge_api.control.v1.secret_service_pb2_grpc import SecretServiceStub
+    from starforge_api.forgelet.v1.node_registry_service_pb2_grpc import NodeRegistryServiceStub
 
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_RETRIES = (0.3, 1.0)
@@ -103,14 +104,56 @@ class Client:
         else:
             _refuse_plaintext(address, insecure)
             self.channel = grpc.insecure_channel(address, options=_OPTIONS)
-        self.control = control_service_pb2_grpc.ControlServiceStub(self.channel)
-        self.blobs = blob_service_pb2_grpc.BlobServiceStub(self.channel)
-        self.accounts = account_service_pb2_grpc.AccountServiceStub(self.channel)
-        self.catalog = catalog_service_pb2_grpc.CatalogServiceStub(self.channel)
-        self.datasets = dataset_service_pb2_grpc.DatasetServiceStub(self.channel)
-        self.fleets = fleet_service_pb2_grpc.FleetServiceStub(self.channel)
-        self.secrets = secret_service_pb2_grpc.SecretServiceStub(self.channel)
-        self.nodes = node_registry_service_pb2_grpc.NodeRegistryServiceStub(self.channel)
+
+    # One stub per service, made on first use: each imports its generated modules, and a command
+    # uses one or two of the eight (start-up time, see cli/__init__.py).
+    @functools.cached_property
+    def control(self) -> ControlServiceStub:
+        from starforge_api.control.v1 import control_service_pb2_grpc
+
+        return control_service_pb2_grpc.ControlServiceStub(self.channel)
+
+    @functools.cached_property
+    def blobs(self) -> BlobServiceStub:
+        from starforge_api.control.v1 import blob_service_pb2_grpc
+
+        return blob_service_pb2_grpc.BlobServiceStub(self.channel)
+
+    @functools.cached_property
+    def accounts(self) -> AccountServiceStub:
+        from starforge_api.control.v1 import account_service_pb2_grpc
+
+        return account_service_pb2_grpc.AccountServiceStub(self.channel)
+
+    @functools.cached_property
+    def catalog(self) -> CatalogServiceStub:
+        from starforge_api.catalog.v1 import catalog_service_pb2_grpc
+
+        return catalog_service_pb2_grpc.CatalogServiceStub(self.channel)
+
+    @functools.cached_property
+    def datasets(self) -> DatasetServiceStub:
+        from starforge_api.control.v1 import dataset_service_pb2_grpc
+
+        return dataset_service_pb2_grpc.DatasetServiceStub(self.channel)
+
+    @functools.cached_property
+    def fleets(self) -> FleetServiceStub:
+        from starforge_api.control.v1 import fleet_service_pb2_grpc
+
+        return fleet_service_pb2_grpc.FleetServiceStub(self.channel)
+
+    @functools.cached_property
+    def secrets(self) -> SecretServiceStub:
+        from starforge_api.control.v1 import secret_service_pb2_grpc
+
+        return secret_service_pb2_grpc.SecretServiceStub(self.channel)
+
+    @functools.cached_property
+    def nodes(self) -> NodeRegistryServiceStub:
+        from starforge_api.forgelet.v1 import node_registry_service_pb2_grpc
+
+        return node_registry_service_pb2_grpc.NodeRegistryServiceStub(self.channel)
 
     @property
     def connected(self) -> bool:

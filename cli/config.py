@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from cli.errors import usage
 
 DEFAULT_CONSOLE = "127.0.0.1:7070"  # where `sf up` listens by default
@@ -72,6 +70,8 @@ def read_file(path: pathlib.Path) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise usage(f"cannot read the client config {path}: {exc.strerror}") from None
+    import yaml  # only when there is a file: `sf` started with STARFORGE_CONSOLE/TOKEN alone skips it
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -156,6 +156,8 @@ def save(path: pathlib.Path, *, console: str | None, token: str | None, tls: boo
     data.update(kept)
     if tls:
         data["tls"] = True
+    import yaml
+
     text = "# StarForge client config (written by sf); holds a personal access token.\n"
     _write_atomically(path, text + (yaml.safe_dump(data, sort_keys=False) if data else ""))
 
@@ -171,6 +173,8 @@ def consoles_path(env: Mapping[str, str]) -> pathlib.Path:
 def _read_consoles(path: pathlib.Path) -> dict[str, str]:
     """address -> state directory; an unreadable or malformed file counts as empty (it is only
     a record of what `sf up` started, never the user's settings)."""
+    import yaml
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
@@ -181,6 +185,8 @@ def _read_consoles(path: pathlib.Path) -> dict[str, str]:
 
 
 def _write_consoles(path: pathlib.Path, consoles: Mapping[str, str]) -> None:
+    import yaml
+
     text = "# Consoles `sf up --detach` started: address -> state directory (read by `sf down`).\n"
     _write_atomically(path, text + (yaml.safe_dump(dict(consoles), sort_keys=True) if consoles else ""))
 

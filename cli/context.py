@@ -11,14 +11,17 @@ import os
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import typer
 
 from cli import config as client_config
-from cli.client import Client
 from cli.errors import EXIT_AUTH, CliError
-from cli.lab import Lab, find_lab
 from cli.output import Format, Output
+
+if TYPE_CHECKING:
+    from cli.client import Client
+    from cli.lab import Lab
 
 
 @dataclass
@@ -62,10 +65,14 @@ class AppState:
         if self._client is not None:
             self._client.close()
         tls = cfg.tls or (console is not None and client_config.uses_tls_scheme(console))
+        from cli.client import Client  # grpc: only commands that talk to the console import it
+
         self._client = Client(address, secret, tls=tls, ca_file=cfg.ca_file, insecure=cfg.insecure)
         return self._client
 
     def lab(self) -> Lab:
+        from cli.lab import find_lab
+
         return find_lab(self.cwd or pathlib.Path.cwd())
 
     def close(self) -> None:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
+if TYPE_CHECKING:  # grpc is imported by the functions that read a failed call: `sf --version` needs none
+    import grpc
 
-from common import errors as common_errors
-from common.rpc_status import from_rpc_error
+    from common import errors as common_errors
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -34,13 +34,7 @@ EXIT_AUTH = 4
 EXIT_UNREACHABLE = 5
 EXIT_INTERRUPTED = 130
 
-_REFUSALS = {
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.ALREADY_EXISTS,
-}
+_REFUSALS = frozenset({"INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND", "PERMISSION_DENIED", "ALREADY_EXISTS"})
 
 
 @dataclass
@@ -154,6 +148,8 @@ def from_rpc(err: grpc.RpcError, address: str, *, connected: bool = True) -> Cli
     `connected` says whether the channel ever reached READY: a DEADLINE_EXCEEDED before that is
     an unreachable console (exit 5), after it a slow one (exit 1).
     """
+    import grpc
+
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     raw_details = (err.details() if hasattr(err, "details") else None) or ""
     if code == grpc.StatusCode.UNAVAILABLE and _is_transport_error(err):
@@ -162,12 +158,14 @@ def from_rpc(err: grpc.RpcError, address: str, *, connected: bool = True) -> Cli
         return unreachable(address, "no answer before the deadline")
     if code == grpc.StatusCode.CANCELLED:
         return CliError("interrupted", EXIT_INTERRUPTED, code="CANCELLED")
+    from common.rpc_status import from_rpc_error  # only a failed call needs the status decoder
+
     rich = from_rpc_error(err)
     reason = rich.reason_name if rich.reason else None
     if code == grpc.StatusCode.UNAUTHENTICATED:
         exit_code = EXIT_AUTH
         message = f"the console rejected your token; run `sf login` ({rich.message})"
-    elif code in _REFUSALS:
+    elif code.name in _REFUSALS:
         exit_code = EXIT_REFUSED
         message = rich.message
     elif code == grpc.StatusCode.UNIMPLEMENTED:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-from rich.text import Text
 from starforge_api.control.v1 import control_service_pb2
 from starforge_api.job.v1 import job_pb2, job_state_pb2, telemetry_pb2
 
@@ -66,6 +65,8 @@ class Backoff:
         now = self.clock()
         if self._since is None:
             self._since = now
+            from rich.text import Text
+
             out.info(Text("connection to the console lost; reconnecting…", style="yellow"))
         elif now - self._since > self.max_outage_s:
             raise error
@@ -92,6 +93,8 @@ class LogPrinter:
         if self.out.json:
             self.out.json_line(message_to_dict(line))
             return
+        from rich.text import Text  # not at the top: JSON output never needs rich
+
         if self.tty and self.attempt is not None and line.attempt_number != self.attempt:
             self.out.info(Text(f"── attempt {line.attempt_number} ──", style="dim"))
         self.attempt = line.attempt_number
@@ -175,6 +178,8 @@ def print_event(out: Output, event: job_pb2.JobEvent) -> None:
         return
     when = ts_to_datetime(event.time)
     stamp = when.astimezone().strftime("%H:%M:%S") if when else "--:--:--"
+    from rich.text import Text
+
     text = Text.assemble(
         (stamp, "dim"),
         "  ",

@@ -4,10 +4,15 @@
 errors (exit 2), `CliError` (its own code), Ctrl-C (130) and, as a last resort, unexpected
 exceptions (exit 1, one line; `SF_DEBUG=1` shows the traceback). Because this lives in the
 group's `main`, `typer.testing.CliRunner` sees exactly what a user's shell sees.
+
+Commands are loaded lazily: the root group knows every command's name and the module that defines
+it (`COMMANDS`), and imports that module only when the command runs (or when help lists them all),
+so `sf job ls` does not pay for the imports of `sf submit` or `sf up`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
@@ -19,10 +24,44 @@ from typer._click import exceptions as click_exc  # typer vendors click; these a
 from typer.core import TyperGroup
 
 import cli
-from cli.commands import account, admin, console, dataset, job, lab_cmds, recipe, secret, submit
-from cli.context import AppState
 from cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from cli.output import Format, print_error
+
+# Every command of the root group, in the order help lists them: name -> (module, what it exports).
+# "register" is a function that adds top-level commands to a Typer; any other name is a sub-Typer
+# added as the group `name`. tests/unit/cli checks that this table matches what the modules define.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("cli.commands.lab_cmds", "register"),
+    "new": ("cli.commands.lab_cmds", "register"),
+    "submit": ("cli.commands.submit", "register"),
+    "login": ("cli.commands.account", "register"),
+    "logout": ("cli.commands.account", "register"),
+    "whoami": ("cli.commands.account", "register"),
+    "up": ("cli.commands.console", "register"),
+    "down": ("cli.commands.console", "register"),
+    "job": ("cli.commands.job", "app"),
+    "recipe": ("cli.commands.recipe", "app"),
+    "token": ("cli.commands.account", "token_app"),
+    "dataset": ("cli.commands.dataset", "app"),
+    "secret": ("cli.commands.secret", "app"),
+    "admin": ("cli.commands.admin", "app"),
+}
+
+
+def load_commands(module_name: str, export: str) -> dict[str, Any]:
+    """The click commands `module_name` defines through `export` (see COMMANDS), by name."""
+    module = importlib.import_module(module_name)
+    holder = typer.Typer(rich_markup_mode="markdown")
+    holder.callback()(lambda: None)  # with a callback, typer always builds a group (never a lone command)
+    if export == "register":
+        module.register(holder)
+    else:
+        holder.add_typer(
+            getattr(module, export), name=next(n for n, v in COMMANDS.items() if v == (module_name, export))
+        )
+    group = typer.main.get_command(holder)
+    assert isinstance(group, TyperGroup)
+    return dict(group.commands)
 
 
 def _wants_json(args: Sequence[str]) -> bool:
@@ -40,6 +79,30 @@ def _wants_json(args: Sequence[str]) -> bool:
 
 class SfGroup(TyperGroup):
     """The root command group; see the module docstring."""
+
+    _loaded: dict[str, Any]
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, Any]:
+        """Every command, all modules loaded (what click's own walkers and the tests see)."""
+        for name in COMMANDS:
+            self._load(name)
+        return self._loaded
+
+    @commands.setter
+    def commands(self, value: dict[str, Any]) -> None:
+        self._loaded = dict(value)
+
+    def _load(self, name: str) -> Any:
+        if name not in self._loaded and name in COMMANDS:
+            self._loaded.update(load_commands(*COMMANDS[name]))
+        return self._loaded.get(name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*COMMANDS, *(n for n in self._loaded if n not in COMMANDS)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return self._load(cmd_name)
 
     def main(
         self,
@@ -146,21 +209,11 @@ def root(
     ] = False,
 ) -> None:
     """Global options apply to every command, e.g. `sf --console 10.0.0.5:7070 -o json job ls`."""
+    from cli.context import AppState
+
     state = AppState(console_flag=console_addr, fmt=output)
     ctx.obj = state
     ctx.call_on_close(state.close)
-
-
-lab_cmds.register(app)
-submit.register(app)
-account.register(app)
-console.register(app)
-app.add_typer(job.app, name="job")
-app.add_typer(recipe.app, name="recipe")
-app.add_typer(account.token_app, name="token")
-app.add_typer(dataset.app, name="dataset")
-app.add_typer(secret.app, name="secret")
-app.add_typer(admin.app, name="admin")
 
 
 def main() -> None:

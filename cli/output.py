@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from google.protobuf import json_format, message
-from google.protobuf.timestamp_pb2 import Timestamp
-from rich.console import Console, RenderableType
-from rich.text import Text
+from google.protobuf import message
 
 from cli.errors import CliError
+
+if TYPE_CHECKING:
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from rich.console import Console, RenderableType
+    from rich.text import Text
+
+# rich is imported where text is printed: JSON output, and commands that print nothing, never load it.
 
 
 class Format(enum.StrEnum):
@@ -33,6 +38,8 @@ class Format(enum.StrEnum):
 
 def message_to_dict(msg: message.Message) -> dict[str, Any]:
     """A proto message as JSON-ready dict (proto field names, enum names, int64 as strings)."""
+    from google.protobuf import json_format
+
     return json_format.MessageToDict(msg, preserving_proto_field_name=True)
 
 
@@ -41,9 +48,19 @@ class Output:
 
     def __init__(self, fmt: Format = Format.text) -> None:
         self.json = fmt == Format.json
-        # Consoles look up sys.stdout/sys.stderr when they write, so CliRunner's capture works.
-        self.out = Console(highlight=False, soft_wrap=False)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    # Consoles look up sys.stdout/sys.stderr when they write, so CliRunner's capture works.
+    @functools.cached_property
+    def out(self) -> Console:
+        from rich.console import Console
+
+        return Console(highlight=False, soft_wrap=False)
+
+    @functools.cached_property
+    def err(self) -> Console:
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
 
     @property
     def interactive(self) -> bool:
@@ -70,18 +87,24 @@ class Output:
 
     def line(self, text: str, style: str = "") -> None:
         """Print plain text on stdout, never interpreted as rich markup."""
+        from rich.text import Text
+
         self.out.print(Text(text, style=style), soft_wrap=True)
 
     def info(self, text: str | Text) -> None:
         """A status line on stderr; dropped in JSON mode."""
         if self.json:
             return
+        from rich.text import Text
+
         self.err.print(text if isinstance(text, Text) else Text(text))
 
     def success(self, text: str) -> None:
         """A status line with a green check on stderr; dropped in JSON mode."""
         if self.json:
             return
+        from rich.text import Text
+
         self.err.print(Text.assemble(("✓ ", "green"), text))
 
     def warn(self, text: str) -> None:
@@ -89,6 +112,8 @@ class Output:
         if self.json:
             sys.stderr.write(json.dumps({"warning": text}) + "\n")
             return
+        from rich.text import Text
+
         self.err.print(Text.assemble(("warning: ", "yellow bold"), text))
 
 
@@ -98,6 +123,9 @@ def print_error(err: CliError, *, as_json: bool) -> None:
         sys.stderr.write(json.dumps(err.to_json(), default=_json_default) + "\n")
         sys.stderr.flush()
         return
+    from rich.console import Console
+    from rich.text import Text
+
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     console.print(Text.assemble(("error: ", "bold red"), err.message))
     for line in err.details:

@@ -12,14 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 from starforge_api.control.v1 import blob_service_pb2
 
 from cli.client import Client
@@ -165,6 +157,15 @@ def upload_files(client: Client, files: Sequence[PackedFile], out: Output) -> Up
         return stats
     problems: list[str] = []
     if out.interactive:
+        from rich.progress import (  # a progress bar only on a terminal: a re-submit never loads rich
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         columns = (
             TextColumn("uploading"),
             BarColumn(),

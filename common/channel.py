@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import grpc
 
-from common.server import MAX_MESSAGE_BYTES
+# The largest gRPC message either side accepts (servers use it too: `common.server`). Defined here,
+# not in common.server, so that a client (`sf`) does not import the server's modules to learn it.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

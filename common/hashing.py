@@ -27,7 +27,7 @@ def sha256_file(path: pathlib.Path) -> str:
 
 
 def is_digest(value: str) -> bool:
-    return bool(DIGEST_RE.match(value))
+    return bool(DIGEST_RE.fullmatch(value))
 
 
 def manifest_digest(files: Iterable[tuple[str, str, bool]]) -> str:

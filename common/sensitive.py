@@ -57,6 +57,18 @@ CONTENT_RULES: dict[str, tuple[re.Pattern[bytes], str]] = {
 CONTENT_LIMIT = 1 << 20
 
 
+def _any_of(globs: list[str]) -> re.Pattern[str]:
+    """One regex that matches what any of `globs` matches (fnmatchcase semantics)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
+
+
+# Every file of a workspace is checked, on both sides (10,000 files: 270,000 fnmatch calls when
+# each rule was tried in turn). One regex says whether any rule matches; the rule that did is
+# looked up only then.
+_ANY_NAME = _any_of([glob for glob, _ in NAME_RULES])
+_ANY_PATH = _any_of([g for suffix, _ in PATH_RULES for g in (suffix, "*/" + suffix)])
+
+
 def why_sensitive(
     rel_path: str, real_path: pathlib.Path | None = None, read: Callable[[], bytes] | None = None
 ) -> str | None:
@@ -65,12 +77,14 @@ def why_sensitive(
     name = rel_path.rsplit("/", 1)[-1]
     if name in ENV_TEMPLATES:
         return None
-    for glob, why in NAME_RULES:
-        if fnmatch.fnmatchcase(name, glob):
-            return why
-    for suffix, why in PATH_RULES:
-        if fnmatch.fnmatchcase(rel_path, suffix) or fnmatch.fnmatchcase(rel_path, "*/" + suffix):
-            return why
+    if _ANY_NAME.match(name):
+        for glob, why in NAME_RULES:
+            if fnmatch.fnmatchcase(name, glob):
+                return why
+    if _ANY_PATH.match(rel_path):
+        for suffix, why in PATH_RULES:
+            if fnmatch.fnmatchcase(rel_path, suffix) or fnmatch.fnmatchcase(rel_path, "*/" + suffix):
+                return why
     if name in CONTENT_RULES and (real_path is not None or read is not None):
         regex, why = CONTENT_RULES[name]
         try:

@@ -19,12 +19,12 @@ import grpc
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from common.channel import MAX_MESSAGE_BYTES
 from common.reflection import enable_reflection
 from common.rpc_status import ErrorInterceptor
 
 log = logging.getLogger("starforge.server")
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # What a server receives when no interceptor raises it (common.authn sets per-method limits).
 DEFAULT_RECEIVE_BYTES = 4 * 1024 * 1024
 

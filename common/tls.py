@@ -13,15 +13,15 @@ listen: on loopback addresses, or where the operator says so with `tls.plaintext
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import ssl
 from pathlib import Path
 
 import grpc
 
+from common.addresses import LOOPBACK_NAMES, host_of, is_loopback
 from common.config import ConfigError
 
-LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+__all__ = ["LOOPBACK_NAMES", "TlsConfig", "host_of", "is_loopback"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,29 +60,6 @@ class TlsConfig:
     def dialing(self) -> bool:
         """Whether the channels this component opens use TLS."""
         return bool(self.ca_file)
-
-
-def host_of(address: str) -> str:
-    """The host of "host:port", "[v6]:port" or a URL ("https://host:port/path")."""
-    rest = address.split("://", 1)[-1].split("/", 1)[0]
-    if rest.startswith("["):
-        return rest[1:].split("]", 1)[0]
-    if rest.count(":") > 1:  # a bare IPv6 address without a port
-        return rest
-    return rest.rsplit(":", 1)[0] if ":" in rest else rest
-
-
-def is_loopback(address: str) -> bool:
-    """True when `address` (host:port or URL) names this machine only (127.0.0.0/8, ::1, localhost)."""
-    if address.startswith("unix:"):
-        return True
-    host = host_of(address).lower()
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name other than localhost, or a wildcard like 0.0.0.0: reachable from outside
 
 
 def check_listen(address: str, tls: TlsConfig, key: str) -> None:

@@ -553,7 +553,8 @@ def check_pools(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool]) -> None:
 
 def check_blobs(manifest: workspace_pb2.WorkspaceManifest, store: BlobStore) -> None:
     """Every file was uploaded, with the size the manifest claims."""
-    missing = store.missing(sorted({f.sha256 for f in manifest.files}))
+    sizes = store.sizes(sorted({f.sha256 for f in manifest.files}))
+    missing = [d for d, size in sizes.items() if size is None]
     if missing:
         raise errors.FailedPrecondition(
             f"{len(missing)} workspace file(s) were not uploaded (first: {missing[0][:12]}); submit again with sf",
@@ -563,11 +564,10 @@ def check_blobs(manifest: workspace_pb2.WorkspaceManifest, store: BlobStore) -> 
     bad = Violations()
     for i, f in enumerate(manifest.files):
         with bad.collect():
-            if store.size(f.sha256) != f.size:
+            if sizes[f.sha256] != f.size:
                 raise _field(
                     f"workspace.files[{i}].size",
-                    f"{f.path} is {f.size} bytes in the manifest but its blob {f.sha256[:12]} has "
-                    f"{store.size(f.sha256)}",
+                    f"{f.path} is {f.size} bytes in the manifest but its blob {f.sha256[:12]} has {sizes[f.sha256]}",
                 )
     bad.raise_if_any()
 

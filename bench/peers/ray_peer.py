@@ -5,6 +5,7 @@ and binds 127.0.0.1 explicitly. Prints one JSON line:
   submit_to_running  seconds from JobSubmissionClient.submit_job() to status RUNNING (polled every 10 ms)
   log_latency        seconds from a line printed by the entrypoint to tail_job_logs() yielding it
   package_first/_again  seconds of submit_job(runtime_env={"working_dir": lab}) (hash+zip+upload)
+  cli                wall seconds of the `ray job list` / `ray job status <id>` commands (process start to exit)
   connections        remote addresses of every TCP connection seen (`ss -tn`), to prove loopback only
 
 Only stdlib + ray here: this file does not import the project.
@@ -261,6 +262,21 @@ def throughput(n: int, clients: int, timeout: float) -> dict[str, Any]:
     }
 
 
+def cli_latency(client: Any, n: int) -> dict[str, list[float]]:
+    """Wall time of Ray's own job CLI against the warm head (the jobs of the earlier rows exist)."""
+    ray = pathlib.Path(sys.executable).parent / "ray"
+    address = f"http://127.0.0.1:{DASHBOARD_PORT}"
+    job_id = client.list_jobs()[-1].submission_id
+    out: dict[str, list[float]] = {"job_list": [], "job_status": []}
+    for key, args in (("job_list", ["job", "list"]), ("job_status", ["job", "status", job_id])):
+        for i in range(n + 1):  # one warm-up
+            t0 = time.monotonic()
+            subprocess.run([str(ray), *args, "--address", address], capture_output=True, check=True)
+            if i:
+                out[key].append(time.monotonic() - t0)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--work", type=pathlib.Path, required=True)
@@ -271,6 +287,7 @@ def main() -> int:
     p.add_argument("--throughput", type=int, default=0, help="only the throughput run, of this many jobs")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--timeout", type=float, default=1800.0)
+    p.add_argument("--cli-runs", type=int, default=0)
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     proc, started = start_head(args.work)
@@ -288,6 +305,8 @@ def main() -> int:
             result["log_latency"] = log_latency(client, args.work, args.log_lines, args.log_gap)
             if args.lab is not None:
                 result["package"] = package(client, args.lab)
+            if args.cli_runs:
+                result["cli"] = cli_latency(client, args.cli_runs)
             result["connections"] = remote_addresses()
             result["ray_version"] = __import__("ray").__version__
     finally:

@@ -10,7 +10,6 @@ import typer
 from starforge_api.control.v1 import control_service_pb2
 from starforge_api.job.v1 import job_pb2, job_state_pb2
 
-from cli import artifacts, render
 from cli.client import Client
 from cli.commands.common import OutputOpt
 from cli.context import app_state
@@ -123,6 +122,8 @@ def ls_cmd(
     elif not jobs:
         out.info("no jobs")
     else:
+        from cli import render  # rich: text output only
+
         out.show(render.jobs_table(jobs))
 
 
@@ -138,6 +139,8 @@ def status_cmd(ctx: typer.Context, job_id: JobIdArg = "latest", output: OutputOp
     if out.json:
         out.data({"job": message_to_dict(job)})
     else:
+        from cli import render  # rich: text output only
+
         out.show(render.job_panel(job))
 
 
@@ -296,6 +299,8 @@ def metrics_cmd(
 
     Example: `sf job metrics latest --name loss`
     """
+    from cli import render
+
     st = app_state(ctx)
     out = st.output(output)
     client = st.client()
@@ -332,6 +337,8 @@ def compare_cmd(
 
     Example: `sf job compare -e my-grpo --last 3 --name loss`
     """
+    from cli import render
+
     st = app_state(ctx)
     out = st.output(output)
     client = st.client()
@@ -387,6 +394,8 @@ def samples_cmd(
 
     Example: `sf job samples latest -n 5`
     """
+    from cli import render
+
     st = app_state(ctx)
     out = st.output(output)
     client = st.client()
@@ -411,6 +420,8 @@ def artifacts_cmd(ctx: typer.Context, job_id: JobIdArg = "latest", output: Outpu
 
     Example: `sf job artifacts latest -o json`
     """
+    from cli import artifacts, render
+
     st = app_state(ctx)
     out = st.output(output)
     found, attempt_id = artifacts.list_all(st.client(), job_id)
@@ -448,6 +459,8 @@ def download_cmd(
 
     Example: `sf job download latest checkpoints/step-100 --to ./ckpt`
     """
+    from cli import artifacts
+
     st = app_state(ctx)
     out = st.output(output)
     if to.exists() and not to.is_dir():

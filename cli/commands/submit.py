@@ -15,8 +15,8 @@ from starforge_api.catalog.v1 import catalog_service_pb2
 from starforge_api.control.v1 import account_service_pb2, control_service_pb2
 from starforge_api.job.v1 import job_spec_pb2
 
-from cli import render, templates
 from cli import spec as specmod
+from cli import templates
 from cli.client import Client
 from cli.commands.common import OutputOpt
 from cli.context import AppState, app_state
@@ -135,6 +135,8 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
 
 def _print_submitted(out: Output, job: Any, opts: specmod.SubmitOptions) -> None:
     if opts.dry_run:
+        from cli import render  # rich's tables: only a dry run's summary needs them
+
         out.line("dry run: the console accepted the job; nothing was queued")
         pools = ", ".join(f"{p.name or 'main'}={p.series}:{p.nodes}x{p.gpus_per_node}" for p in job.pools)
         if pools:

@@ -40,6 +40,7 @@ from pathlib import Path
 from executor_svc.base import RUNTIME_PROCESS
 from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env, write_token_file
 from executor_svc.local import job_users
+from executor_svc.local.pex_warm import SharedPex
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
 
@@ -136,6 +137,8 @@ class ProcessRuntime(Runtime):
         )
         # Uids of attempts not cleaned up yet; read from the records on first use.
         self._held: set[int] | None = None
+        # With job uids: the runner's venv, installed once per node as root, read-only to jobs.
+        self._shared_pex = SharedPex(layout.state_dir) if self._uids is not None else None
 
     @property
     def shares_cache(self) -> bool:
@@ -211,6 +214,8 @@ class ProcessRuntime(Runtime):
             )
         )
         prefix = await asyncio.to_thread(self._isolate, spec, record, env)
+        if self._shared_pex is not None and "PEX_ROOT" not in spec.request.env:
+            env.update(await self._shared_pex.env_for(dirs.capsule, env, spec.request.env))
         # Readable by the attempt's own uid only (the runner reads and deletes it).
         owner = record.job_uid if record.job_uid >= 0 else None
         await asyncio.to_thread(write_token_file, spec.request, dirs.scratch, uid=owner, gid=owner)

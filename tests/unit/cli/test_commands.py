@@ -39,6 +39,52 @@ def unused_port() -> int:
     return port
 
 
+def test_lazy_command_table_matches_the_modules() -> None:
+    """`cli.main.COMMANDS` names exactly the commands its modules define, each with its module."""
+    from cli.main import COMMANDS, load_commands
+
+    defined: dict[str, tuple[str, str]] = {}
+    for source in set(COMMANDS.values()):
+        for name in load_commands(*source):
+            assert name not in defined, f"{name} is defined twice"
+            defined[name] = source
+    assert defined == COMMANDS
+
+
+def test_simple_commands_do_not_import_what_they_do_not_need() -> None:
+    """Start-up time: `sf --version` loads no gRPC and no command module; `sf job ls` (JSON)
+    loads neither rich nor the modules of other commands (bench `cli`)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from cli.main import app\n"
+        "args = sys.argv[1:]\n"
+        "try:\n"
+        "    app(args)\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {'grpc', 'rich', 'yaml', 'cli'})))\n"
+    )
+    env = {
+        **os.environ,
+        "STARFORGE_CONSOLE": "127.0.0.1:1",
+        "STARFORGE_TOKEN": "t",
+        "STARFORGE_CLIENT_CONFIG": "/nonexistent",
+    }
+
+    def loaded(*args: str) -> set[str]:
+        r = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, check=False)
+        return set(r.stdout.split())
+
+    version = loaded("--version")
+    assert not {m for m in version if m.startswith(("grpc", "rich", "yaml", "cli.commands"))}, version
+    ls = loaded("-o", "json", "job", "ls")
+    assert "cli.commands.job" in ls
+    assert not {m for m in ls if m.startswith(("rich", "yaml", "cli.commands.submit", "cli.pack", "cli.artifacts"))}, ls
+
+
 def test_version() -> None:
     result = sf("--version")
     assert result.exit_code == 0
