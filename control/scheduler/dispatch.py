@@ -52,7 +52,7 @@ LEASE_SECONDS = 60.0
 # submission, and the scheduler takes at most about 1 / (1 + COALESCE_FACTOR) of the database
 # thread. An idle console's cycle takes a few ms, so a lone submission waits for nothing
 # (the admission benchmark: cycles were 28 % of the console's CPU during a storm without this).
-COALESCE_FACTOR = 4.0
+COALESCE_FACTOR = 8.0
 COALESCE_MAX_SECONDS = 0.05
 CLASS_NAMES = frozenset(n.removeprefix("FAILURE_CLASS_") for n in st.FailureClass.keys())  # noqa: SIM118
 MAX_DISPATCH_TRIES = 8
