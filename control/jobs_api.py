@@ -107,7 +107,8 @@ class JobsApi:
         self.pre_reads: Batched[tuple[Principal, job_spec_pb2.JobSpec], job_spec_pb2.JobSpec] = Batched(
             lambda items: ctx.db.run(
                 lambda s: per_item(lambda it: _readable_and_pinned(s, *it), items, errors.StarforgeError)
-            )
+            ),
+            parallel=ctx.db.workers,
         )
         self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec], admission.Admitted] = Batched(
             lambda items: asyncio.to_thread(per_item, lambda it: self._admission(*it), items)

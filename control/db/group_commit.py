@@ -104,21 +104,32 @@ class Batched(Generic[I, R]):
     (`per_item` below), in order; the callers' awaits get their own. Each hop to a worker thread
     (`Database.run`, `asyncio.to_thread`) cost a submission a thread hand-off and a GIL hand-over;
     a storm of submissions now pays one per batch (admission benchmark). While one batch runs the
-    next one gathers, as in `GroupCommit`. When `run` itself raises, a batch of several is run
-    again one item at a time, so an unexpected error fails only its own caller.
+    next one gathers, as in `GroupCommit`; up to `parallel` batches run at once (PostgreSQL's
+    transactions run side by side on several threads, and a batch there mostly waits on the
+    server). When `run` itself raises, a batch of several is run again one item at a time, so an
+    unexpected error fails only its own caller.
     """
 
-    def __init__(self, run: Callable[[list[I]], Awaitable[list[R | Exception]]], *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self,
+        run: Callable[[list[I]], Awaitable[list[R | Exception]]],
+        *,
+        max_batch: int = MAX_BATCH,
+        parallel: int = 1,
+    ) -> None:
         self.run = run
         self.max_batch = max_batch
+        self.parallel = parallel
         self._waiting: list[tuple[I, asyncio.Future[R]]] = []
-        self._drainer: asyncio.Future[None] | None = None
+        self._drainers: set[asyncio.Future[None]] = set()
 
     async def submit(self, item: I) -> R:
         fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.append((item, fut))
-        if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.ensure_future(self._drain())
+        if len(self._drainers) < self.parallel:
+            drainer = asyncio.ensure_future(self._drain())
+            self._drainers.add(drainer)
+            drainer.add_done_callback(self._drainers.discard)
         return await fut
 
     async def _drain(self) -> None:

@@ -66,13 +66,14 @@ def test_an_unavailable_database_fails_every_caller_of_the_batch_at_once() -> No
     assert calls <= 2  # never retried one item at a time
 
 
-@pytest.mark.parametrize("n", [1, 300])
-def test_every_caller_is_answered_beyond_one_batch(n: int) -> None:
+@pytest.mark.parametrize(("n", "parallel"), [(1, 1), (300, 1), (300, 4)])
+def test_every_caller_is_answered_beyond_one_batch(n: int, parallel: int) -> None:
     async def run(items: list[int]) -> list[int | Exception]:
+        await asyncio.sleep(0.001)
         return list(items)
 
     async def go() -> list[int]:
-        b: Batched[int, int] = Batched(run, max_batch=64)
+        b: Batched[int, int] = Batched(run, max_batch=64, parallel=parallel)
         return list(await asyncio.gather(*(b.submit(i) for i in range(n))))
 
     assert asyncio.run(go()) == list(range(n))
