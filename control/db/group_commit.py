@@ -126,7 +126,9 @@ class Batched(Generic[I, R]):
     async def submit(self, item: I) -> R:
         fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.append((item, fut))
-        if len(self._drainers) < self.parallel:
+        # a drainer that has just finished stays in the set until its done-callback runs: count
+        # the running ones, or a caller arriving in between would wait for nobody
+        if sum(not d.done() for d in self._drainers) < self.parallel:
             drainer = asyncio.ensure_future(self._drain())
             self._drainers.add(drainer)
             drainer.add_done_callback(self._drainers.discard)

@@ -77,3 +77,17 @@ def test_every_caller_is_answered_beyond_one_batch(n: int, parallel: int) -> Non
         return list(await asyncio.gather(*(b.submit(i) for i in range(n))))
 
     assert asyncio.run(go()) == list(range(n))
+
+
+def test_a_caller_right_after_a_batch_finished_is_answered() -> None:
+    """The drainer that answered a caller has finished, but its done-callback has not run yet
+    when that caller submits again: the new item must still get a drainer."""
+
+    async def run(items: list[int]) -> list[int | Exception]:
+        return list(items)  # answers without yielding to the loop
+
+    async def go() -> list[int]:
+        b: Batched[int, int] = Batched(run, parallel=1)
+        return [await asyncio.wait_for(b.submit(i), 10) for i in range(5)]
+
+    assert asyncio.run(go()) == list(range(5))
