@@ -59,12 +59,12 @@ def measure() -> dict[str, float]:
 
         async def go() -> dict[str, float]:
             channels = [aio_channel(address) for _ in range(CLIENTS)]
-            calls = [ch.unary_unary(METHOD) for ch in channels]
+            calls = [ch.unary_unary(METHOD, None, None) for ch in channels]
             try:
                 return await _storm(lambda i: calls[i](b"x" * 200), proc.pid)
             finally:
                 for ch in channels:
-                    await ch.close()
+                    await ch.close(None)
 
         return asyncio.run(go())
     finally:
