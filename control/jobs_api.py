@@ -21,7 +21,7 @@ from control.auth import Principal
 from control.config import DEFAULT_QUEUE
 from control.context import Context
 from control.db import models as m
-from control.db.group_commit import GroupCommit
+from control.db.group_commit import Batched, GroupCommit, per_item
 from control.ledger import convert, jobs, pipeline
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
@@ -102,6 +102,17 @@ class JobsApi:
         self.submit_rate = rate_limit.SubmitRateLimiter(ctx.cfg.submit_rate_per_user, ctx.cfg.submit_burst_per_user)
         # admitted submissions waiting for the database thread are queued in one transaction
         self.queue_jobs = GroupCommit(ctx.db, _queue_jobs)
+        # and the checks before admission, and admission itself, in one worker hop per batch
+        # (without a Hub pre-check: its network round trips would make a batch wait for each other)
+        self.pre_reads: Batched[tuple[Principal, job_spec_pb2.JobSpec], job_spec_pb2.JobSpec] = Batched(
+            lambda items: ctx.db.run(
+                lambda s: per_item(lambda it: _readable_and_pinned(s, *it), items, errors.StarforgeError)
+            ),
+            parallel=ctx.db.workers,
+        )
+        self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec], admission.Admitted] = Batched(
+            lambda items: asyncio.to_thread(per_item, lambda it: self._admission(*it), items)
+        )
 
     async def submit(
         self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
@@ -125,17 +136,11 @@ class JobsApi:
         Returns the spec with its datasets pinned, and what admission decided."""
         try:
             self.submit_rate.check(principal)  # before any admission work is spent on the call
-            spec = await self.ctx.db.run(functools.partial(_readable_and_pinned, principal=principal, spec=spec))
-            admitted = await asyncio.to_thread(
-                admission.admit,
-                spec,
-                principal,
-                self.ctx.cfg,
-                self.ctx.catalog,
-                self.ctx.store,
-                self.ctx.executors,
-                self.hub,
-            )
+            spec = await self.pre_reads.submit((principal, spec))
+            if self.hub is None:
+                admitted = await self.admissions.submit((principal, spec))
+            else:
+                admitted = await asyncio.to_thread(self._admission, principal, spec)
             if spec.secrets:  # no database round trip for the jobs that name none
                 await self.ctx.db.run(lambda s: secrets.check_refs(s, spec, principal.user))
         except errors.StarforgeError as e:
@@ -144,6 +149,11 @@ class JobsApi:
         prom.SUBMISSIONS.labels("admitted", "").inc()
         spec.observability.CopyFrom(admitted.observability)  # what the job records and shows
         return spec, admitted
+
+    def _admission(self, principal: Principal, spec: job_spec_pb2.JobSpec) -> admission.Admitted:
+        return admission.admit(
+            spec, principal, self.ctx.cfg, self.ctx.catalog, self.ctx.store, self.ctx.executors, self.hub
+        )
 
     def _admitted_columns(self, spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> dict[str, Any]:
         """The job row's values that admission decided (shared by a pipeline's stages)."""
@@ -434,7 +444,7 @@ def _queue_jobs(s: Session, batch: Sequence[jobs.NewJob]) -> list[job_pb2.Job]:
     ]
 
 
-def _readable_and_pinned(s: Session, *, principal: Principal, spec: job_spec_pb2.JobSpec) -> job_spec_pb2.JobSpec:
+def _readable_and_pinned(s: Session, principal: Principal, spec: job_spec_pb2.JobSpec) -> job_spec_pb2.JobSpec:
     """One transaction for the two reads a submission needs before admission: its workspace names
     only blobs the submitter may read, and its datasets pinned to versions."""
     blob_access.require_readable(s, principal, [f.sha256 for f in spec.workspace.files], "workspace")

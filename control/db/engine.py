@@ -61,6 +61,7 @@ class Database:
         self.queue_changes.attach(self.sessions)
         # SQLite: one writer serialises anyway; more threads only add lock contention.
         workers = 1 if is_sqlite(self.engine) else 8
+        self.workers = workers  # transactions that can run at once
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="db")
 
     @property

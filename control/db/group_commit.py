@@ -16,7 +16,7 @@ up (cancelled) before its batch was taken is left out of it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from sqlalchemy.orm import Session
@@ -95,3 +95,90 @@ def _settle(fut: asyncio.Future[R], exc: BaseException) -> None:
         fut.cancel()
     else:
         fut.set_exception(exc)
+
+
+class Batched(Generic[I, R]):
+    """Calls that wait together run as one batch, in one hop to a worker thread.
+
+    `run(items)` runs on the event loop and returns each item's result or the exception it raised
+    (`per_item` below), in order; the callers' awaits get their own. Each hop to a worker thread
+    (`Database.run`, `asyncio.to_thread`) cost a submission a thread hand-off and a GIL hand-over;
+    a storm of submissions now pays one per batch (admission benchmark). While one batch runs the
+    next one gathers, as in `GroupCommit`; up to `parallel` batches run at once (PostgreSQL's
+    transactions run side by side on several threads, and a batch there mostly waits on the
+    server). When `run` itself raises, a batch of several is run again one item at a time, so an
+    unexpected error fails only its own caller.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[list[I]], Awaitable[list[R | Exception]]],
+        *,
+        max_batch: int = MAX_BATCH,
+        parallel: int = 1,
+    ) -> None:
+        self.run = run
+        self.max_batch = max_batch
+        self.parallel = parallel
+        self._waiting: list[tuple[I, asyncio.Future[R]]] = []
+        self._drainers: set[asyncio.Future[None]] = set()
+
+    async def submit(self, item: I) -> R:
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, fut))
+        # a drainer that has just finished stays in the set until its done-callback runs: count
+        # the running ones, or a caller arriving in between would wait for nobody
+        if sum(not d.done() for d in self._drainers) < self.parallel:
+            drainer = asyncio.ensure_future(self._drain())
+            self._drainers.add(drainer)
+            drainer.add_done_callback(self._drainers.discard)
+        return await fut
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                batch = [(item, fut) for item, fut in self._waiting[: self.max_batch] if not fut.done()]
+                del self._waiting[: self.max_batch]
+                if batch:
+                    await self._apply(batch)
+        except BaseException as exc:
+            for _, fut in self._waiting:
+                _settle(fut, exc)
+            self._waiting.clear()
+            raise
+
+    async def _apply(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
+        try:
+            results = await self.run([item for item, _ in batch])
+        except errors.Unavailable as exc:  # the database is down: each caller retries, as before
+            for _, fut in batch:
+                _settle(fut, exc)
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], exc)
+                return
+            for one in batch:
+                await self._apply([one])
+            return
+        except BaseException as exc:
+            for _, fut in batch:
+                _settle(fut, exc)
+            raise
+        for (_, fut), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                _settle(fut, result)
+            elif not fut.done():
+                fut.set_result(result)
+
+
+def per_item(fn: Callable[[I], R], items: Sequence[I], catch: type[Exception] = Exception) -> list[R | Exception]:
+    """`fn` of each item, or the `catch` exception it raised (for `Batched`); any other exception
+    propagates and fails the batch (which `Batched` then runs one item at a time)."""
+    out: list[R | Exception] = []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except catch as exc:
+            out.append(exc)
+    return out
