@@ -2,14 +2,17 @@
 
     python -m tools.build_dist [--out dist]
 
-writes exactly two wheels into the output directory (older StarForge wheels there are removed):
+writes exactly three wheels into the output directory (older StarForge wheels there are removed):
 
     dist/starforge-<version>-py3-none-any.whl       sf, starforge-control, starforge-executor, forgelet
+    dist/starforge_api-<version>-py3-none-any.whl   the Python client package (`import starforge_api`)
     dist/starforge_sdk-<sdk version>-py3-none-any.whl  the capsule SDK (`import starforge`), for images
 
 The platform wheel holds the packages (cli, control, executor_svc, forgelet, recipes, capsule,
-common), the generated code (starforge_api from gen/python, sfpb from gen/pure) and, as package data
-of `control` (control/bundled.py), what is built rather than written:
+common), the runner's generated messages (sfpb from gen/pure) and, as package data of `control`
+(control/bundled.py), what is built rather than written; it requires `starforge-api` at its own
+version (tools/api_wheel.py: gen/python's grpcio code, a wheel of its own so that a client needs
+nothing else of StarForge):
 
     control/assets/capsule/   the capsule: runner-<digest>.pex, bootstrap.sh, the SDK, manifest.json
     control/assets/web/       the built web console (web/dist)
@@ -35,6 +38,7 @@ import zipfile
 from capsule import build as capsule_build
 from capsule import sdk_wheel
 from capsule.wheelhouse import BuildError
+from tools import api_wheel
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STAGE = REPO / "build" / "dist-stage"
@@ -42,14 +46,14 @@ STAGE = REPO / "build" / "dist-stage"
 # says which packages they hold.
 SOURCES = (
     "pyproject.toml", "README.md", "cli", "control", "executor_svc", "forgelet", "recipes", "capsule", "common",
-    "gen/python/starforge_api", "gen/pure/sfpb",
+    "gen/pure/sfpb",
 )  # fmt: skip
 ASSETS = pathlib.Path("control") / "assets"
 WEB_DIST = REPO / "web" / "dist"
 CAPSULE_OUT = REPO / "build" / "capsule"
 WHEELHOUSE = REPO / "build" / "wheelhouse"
 # Top-level names the platform wheel must hold, and the one it must never hold (the SDK's).
-TOP_LEVEL = {"cli", "control", "executor_svc", "forgelet", "recipes", "capsule", "common", "starforge_api", "sfpb"}
+TOP_LEVEL = {"cli", "control", "executor_svc", "forgelet", "recipes", "capsule", "common", "sfpb"}
 SDK_NAME = "starforge"
 
 
@@ -87,6 +91,18 @@ def stage_sources(stage: pathlib.Path) -> None:
         shutil.copy2(REPO / name, target)
 
 
+def stage_pyproject(stage: pathlib.Path) -> None:
+    """The staged pyproject.toml without the generated grpcio code (the API wheel's) and requiring
+    that wheel at this version. The checkout's own keeps both: its editable install serves them."""
+    path = stage / "pyproject.toml"
+    text = path.read_text()
+    include, depends = '"starforge_api*", ', "dependencies = [\n"
+    if include not in text or depends not in text:
+        raise DistError(f"pyproject.toml: expected {include!r} in packages.find and a {depends.strip()!r} list")
+    text = text.replace(include, "", 1).replace(depends, f'{depends}  "{api_wheel.requirement()}",\n', 1)
+    path.write_text(text)
+
+
 def stage_capsule(capsule_dir: pathlib.Path, target: pathlib.Path) -> str:
     """The built capsule's files and a manifest whose sources are relative to it (the build's
     manifest names absolute paths of this machine). Returns the runner's file name."""
@@ -120,7 +136,7 @@ def check_wheel(wheel: pathlib.Path, runner: str) -> None:
     needed = [
         f"control/assets/capsule/{runner}", "control/assets/capsule/manifest.json",
         "control/assets/capsule/bootstrap.sh", "control/assets/web/index.html",
-        "control/db/migrations/env.py", "starforge_api/control/v1/control_service_pb2.py", "sfpb/__init__.py",
+        "control/db/migrations/env.py", "sfpb/__init__.py",
     ]  # fmt: skip
     missing = [n for n in needed if n not in names]
     if missing:
@@ -134,19 +150,24 @@ def requirements() -> list[str]:
 
 
 def build(out: pathlib.Path, *, stage: pathlib.Path = STAGE, web_dist: pathlib.Path = WEB_DIST) -> list[pathlib.Path]:
-    """Build both wheels into `out` (staging in `stage`, emptied first); returns their paths,
+    """Build the three wheels into `out` (staging in `stage`, emptied first); returns their paths,
     the platform wheel first."""
     capsule_build.build(CAPSULE_OUT, WHEELHOUSE)  # a no-op when build/capsule is current
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     stage_sources(stage)
+    stage_pyproject(stage)
     if (stage / ASSETS).exists():
         raise DistError(f"{ASSETS} exists in the sources; it is made by `make dist` only")
     runner = stage_capsule(CAPSULE_OUT, stage / ASSETS / "capsule")
     stage_web(web_dist, stage / ASSETS / "web")
     out.mkdir(parents=True, exist_ok=True)
-    for old in [*out.glob("starforge-*.whl"), *out.glob(f"{sdk_wheel.DIST}-*.whl")]:
+    for old in [
+        *out.glob("starforge-*.whl"),
+        *out.glob(f"{api_wheel.DIST}-*.whl"),
+        *out.glob(f"{sdk_wheel.DIST}-*.whl"),
+    ]:
         old.unlink()
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
@@ -161,7 +182,7 @@ def build(out: pathlib.Path, *, stage: pathlib.Path = STAGE, web_dist: pathlib.P
     if not wheel.is_file():
         raise DistError(f"pip wheel did not write {wheel}")
     check_wheel(wheel, runner)
-    return [wheel, sdk_wheel.build(out)]
+    return [wheel, api_wheel.build(out), sdk_wheel.build(out)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,7 @@ if [ -f "$wheels/.complete-$key" ]; then
   log "wheelhouse: up to date ($wheels)"
 else
   if ! "$pip" download --quiet --disable-pip-version-check --dest "$wheels" --only-binary=:all: \
+    --find-links "$(dirname "$wheel")" \
     --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none "${platforms[@]}" \
     -c requirements.lock "$wheel" pip >"$wheels/.download.log" 2>&1; then
     grep -v "is ignored: it is neither a file nor a directory" "$wheels/.download.log" >&2 || true
@@ -98,8 +99,13 @@ if [ -n "$kept" ]; then
 else
   cp "$wheel" "$context/wheels/"
 fi
+# The API wheel (tools/api_wheel.py, same version, reproducible bytes) comes from dist/ each time: the
+# wheelhouse's copy may be of older protos of the same version.
+api_wheel="$(dirname "$wheel")/starforge_api-$version-py3-none-any.whl"
+[ -f "$api_wheel" ] || { log "$api_wheel is missing: run \`make dist\`"; exit 1; }
+cp "$api_wheel" "$context/wheels/"
 for f in "$wheels"/*.whl; do
-  case "$(basename "$f")" in starforge-*) continue ;; esac
+  case "$(basename "$f")" in starforge-* | starforge_api-*) continue ;; esac
   cp -l "$f" "$context/wheels/" 2>/dev/null || cp "$f" "$context/wheels/"
 done
 log "wheelhouse: $(find "$context/wheels" -name '*.whl' | wc -l) wheels ($(du -sh "$context/wheels" | cut -f1)) in $(( $(date +%s) - start )) s"

@@ -1,8 +1,9 @@
 """A StarForge API client in plain Python: what a platform team's own tooling does without `sf`.
 
-It needs only grpcio, grpcio-status (for google.rpc error details) and the Python code generated
-from proto/ (`buf generate` writes it to gen/python; put that directory on PYTHONPATH or install
-it). Nothing here imports StarForge's own packages.
+It needs only the Python client package, `starforge_api`: the code generated from proto/, as a wheel
+(`make dist` writes dist/starforge_api-<version>-py3-none-any.whl; it requires grpcio, grpcio-status
+for google.rpc error details, protobuf and googleapis-common-protos). In a checkout, gen/python on
+PYTHONPATH does the same. Nothing here imports StarForge's own packages.
 
     export STARFORGE_ADDRESS=127.0.0.1:50051 STARFORGE_TOKEN=...   # from `sf token create`
     python starforge_client.py list

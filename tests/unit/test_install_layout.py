@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import pathlib
+import shutil
 import sys
 import tomllib
+import zipfile
 
 import pytest
 
@@ -59,3 +61,29 @@ def test_the_console_process_never_has_the_cwd_on_its_path(
     monkeypatch.setattr(console, "checkout", lambda: None)  # installed: the interpreter's packages only
     cmd = console._child_command(tmp_path, "127.0.0.1:1", "process", tmp_path / "r.json")
     assert cmd[:3] == [sys.executable, "-P", "-c"] and "sys.path.insert" not in cmd[3]
+
+
+def test_the_api_wheel_holds_the_generated_code_only_and_is_reproducible(tmp_path: pathlib.Path) -> None:
+    from tools import api_wheel
+
+    first = api_wheel.build(tmp_path / "a")
+    second = api_wheel.build(tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes()
+    with zipfile.ZipFile(first) as zf:
+        names = zf.namelist()
+        meta = zf.read(f"starforge_api-{api_wheel.version()}.dist-info/METADATA").decode()
+    assert {n.split("/", 1)[0] for n in names} == {"starforge_api", f"starforge_api-{api_wheel.version()}.dist-info"}
+    assert "starforge_api/control/v1/control_service_pb2_grpc.py" in names
+    assert "starforge_api/job/v1/job_pb2.pyi" in names
+    assert "Name: starforge-api\n" in meta
+    assert "Requires-Dist: grpcio>=1.85,<2\n" in meta
+
+
+def test_the_staged_pyproject_leaves_the_generated_code_to_the_api_wheel(tmp_path: pathlib.Path) -> None:
+    from tools import api_wheel, build_dist
+
+    shutil.copyfile(build_dist.REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    build_dist.stage_pyproject(tmp_path)
+    project = tomllib.loads((tmp_path / "pyproject.toml").read_text())
+    assert api_wheel.requirement() in project["project"]["dependencies"]
+    assert "starforge_api*" not in project["tool"]["setuptools"]["packages"]["find"]["include"]

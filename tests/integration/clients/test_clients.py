@@ -1,7 +1,7 @@
 """The API client examples against a real console: list, submit a copy, follow logs, watch states,
 decode error details. Each runs as its own process, as a platform team's tool would:
-examples/python-client with only grpcio, grpcio-status and gen/python on its path (no StarForge
-package importable); examples/node-client as the bundle `make examples` builds, under Node.js; examples/go-client built
+examples/python-client in a fresh virtualenv holding only the API wheel (`starforge_api`,
+tools/api_wheel.py) and what it requires (no other StarForge package importable); examples/node-client as the bundle `make examples` builds, under Node.js; examples/go-client built
 here from Go code generated from proto/ (buf, protoc-gen-go, protoc-gen-go-grpc) with Debian's Go."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import REPO, Console, console
+from tools import api_wheel
 
 EXAMPLE = REPO / "examples" / "python-client" / "starforge_client.py"
 NODE_BUNDLE = REPO / "examples" / "node-client" / "dist" / "client.mjs"
@@ -58,11 +59,44 @@ def go_client(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return binary
 
 
+DIST_DEPS = REPO / "build" / "dist-deps"
+_PYTHON_CLIENT: list[pathlib.Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def python_client_venv(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A virtualenv outside the checkout with the API wheel installed offline, as a platform team
+    would install the Python client package; its python runs examples/python-client."""
+    if not (DIST_DEPS / ".downloaded").is_file():
+        pytest.fail("build/dist-deps is missing: run `make dist-deps` (make test does) to install offline")
+    root = tmp_path_factory.mktemp("python-client")
+    wheel = api_wheel.build(root / "dist")
+    venv = root / "venv"
+    subprocess.run(
+        [getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)], check=True
+    )
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+         "--no-compile", "--no-index", "--find-links", str(DIST_DEPS), str(wheel)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    python = venv / "bin" / "python"
+    leaked = subprocess.run(
+        [str(python), "-I", "-c", "import importlib.util as u; print([m for m in ('control', 'common', 'cli', "
+         "'starforge') if u.find_spec(m)])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert leaked.stdout.strip() == "[]", f"StarForge packages beside the API wheel: {leaked.stdout}"
+    _PYTHON_CLIENT[:] = [python]
+    return python
+
+
 def client_command(client: str) -> list[str]:
     if client == "node":
         assert NODE_BUNDLE.exists(), f"{NODE_BUNDLE} is missing: run `make examples`"
         return ["node", str(NODE_BUNDLE)]
-    return [sys.executable, "-I", "-c", _isolated_main()]
+    return [str(_PYTHON_CLIENT[0]), "-I", str(EXAMPLE)]
 
 
 async def run_example(
@@ -79,8 +113,6 @@ def _run_example(
         "PATH": os.environ["PATH"],
         "STARFORGE_ADDRESS": c.address,
         "STARFORGE_TOKEN": c.token if token is None else token,
-        # Only the generated code: control/, common/, cli/ are not importable (-I also drops the cwd).
-        "PYTHONPATH": str(REPO / "gen" / "python"),
     }
     return subprocess.run(
         [*command, *args],
@@ -90,19 +122,6 @@ def _run_example(
         text=True,
         timeout=120,
         check=False,
-    )
-
-
-def _isolated_main() -> str:
-    # -I ignores PYTHONPATH, so put gen/python on sys.path by hand; drop the checkout and the
-    # venv's editable finder for it, and check that StarForge's own packages are out of reach.
-    return (
-        "import sys, os, runpy; sys.path.insert(0, os.environ['PYTHONPATH']);"
-        f"sys.path[:] = [p for p in sys.path if os.path.realpath(p) != {str(REPO)!r} and '__editable__' not in p];"
-        "sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, '__module__', '')).startswith('__editable__')];"
-        "import importlib.util as u; assert u.find_spec('control') is None, 'StarForge packages leaked';"
-        f"sys.argv = [{str(EXAMPLE)!r}] + sys.argv[1:];"
-        f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')"
     )
 
 

@@ -111,7 +111,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     # The dev venv's pip installs into the new venv (--python); --no-index: offline.
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
-         "--no-compile", "--no-index", "--find-links", str(DIST_DEPS), f"{wheel}[ui]"],
+         "--no-compile", "--no-index", "--find-links", str(DIST_DEPS), "--find-links", str(wheel.parent),
+         f"{wheel}[ui]"],
         capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     assert pip.returncode == 0, pip.stdout + pip.stderr
