@@ -42,7 +42,9 @@ class Notifier:
         ev = asyncio.Event()
         self._waiters[key].add(ev)
         try:
-            await asyncio.wait_for(ev.wait(), timeout)
+            # asyncio.timeout, not wait_for: no task per wait (thousands of followers wait at once)
+            async with asyncio.timeout(timeout):
+                await ev.wait()
             return True
         except TimeoutError:
             return False

@@ -318,24 +318,39 @@ class JobsApi:
         after: logs.Cursor | None = None,
     ) -> AsyncIterator[tuple[list[telemetry_pb2.LogLine], int]]:
         """Yields (lines, final_state) batches; final_state is set on the last batch of a follow."""
-        job = await self.ctx.db.run(lambda s: visible_job(s, principal, job_id))
+        # Every read here is a background call (control.db.engine): thousands of followers
+        # connecting or polling wait behind the ingest writes they follow, never the reverse.
+        # Followers that ask the same thing at once share one read (SharedReads).
+        # (not "latest": a job submitted a moment ago must not be missed by a read begun before it)
+        read_job = functools.partial(self.ctx.db.run, lambda s: visible_job(s, principal, job_id), background=True)
+        if job_id == "latest":
+            job = await read_job()
+        else:
+            job = await self.shared.get(("visible", principal, job_id, self.ctx.notifier.generation(job_id)), read_job)
         jid = job.id
         if tail_lines < 0:
             raise errors.InvalidArgument("tail_lines must not be negative")
+        key = f"logs:{jid}"
         cursor: logs.Cursor | None = after
         if tail_lines > 0 and after is None:
-            rows = await self.ctx.db.run(lambda s: logs.tail(s, jid, tail_lines, attempt_number))
+            rows = await self.shared.get(
+                ("tail", jid, tail_lines, attempt_number, self.ctx.notifier.generation(key)),
+                functools.partial(
+                    self.ctx.db.run,
+                    lambda s: [logs.to_proto(r) for r in logs.tail(s, jid, tail_lines, attempt_number)],
+                    background=True,
+                ),
+            )
             if rows:
                 cursor = (rows[-1].attempt_number, rows[-1].offset)
-                yield [logs.to_proto(r) for r in rows], 0
+                yield list(rows), 0
             elif not follow:
                 return
-        key = f"logs:{jid}"
         while True:
             generation = (self.ctx.notifier.generation(key), self.ctx.notifier.generation(jid))
             state, lines = await self.shared.get(
                 (jid, cursor, attempt_number, generation),
-                functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number)),
+                functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number), background=True),
             )
             if lines:
                 cursor = (lines[-1].attempt_number, lines[-1].offset)
@@ -352,7 +367,7 @@ class JobsApi:
     async def watch(
         self, principal: Principal, job_id: str, after_sequence: int = 0
     ) -> AsyncIterator[tuple[job_pb2.JobEvent, job_pb2.Job]]:
-        job = await self.ctx.db.run(lambda s: visible_job(s, principal, job_id))
+        job = await self.ctx.db.run(lambda s: visible_job(s, principal, job_id), background=True)
         jid = job.id
         seq = after_sequence
         history: list[job_pb2.JobEvent] = []  # every event so far: a past job is rebuilt from them
@@ -369,7 +384,7 @@ class JobsApi:
                 )
                 return evs, job_proto(s, jobs.get_job(s, jid))
 
-            events, current = await self.ctx.db.run(read)
+            events, current = await self.ctx.db.run(read, background=True)
             history.extend(convert.event_to_proto(e) for e in events)
             for i in range(len(history) - len(events), len(history)):
                 if history[i].sequence > seq:
