@@ -4,8 +4,9 @@ Claiming (QUEUED -> SUBMITTED, the attempt row, its run token and its LaunchRequ
 transaction; the executor call comes after the commit. A crash between the two leaves a
 SUBMITTED attempt with its LaunchRequest stored: the reconciler re-sends the same request when
 the lease runs out, and the executor's launch is idempotent per attempt id, so a job is never lost
-and never launched twice. On PostgreSQL the job rows are locked with FOR UPDATE SKIP LOCKED, so
-two replicas never claim the same job.
+and never launched twice. A launch the executor refuses as full (RESOURCE_EXHAUSTED: it took
+nothing) is sent again by the scheduler itself once its backoff ends. On PostgreSQL the job rows
+are locked with FOR UPDATE SKIP LOCKED, so two replicas never claim the same job.
 """
 
 from __future__ import annotations
