@@ -4,8 +4,9 @@ Claiming (QUEUED -> SUBMITTED, the attempt row, its run token and its LaunchRequ
 transaction; the executor call comes after the commit. A crash between the two leaves a
 SUBMITTED attempt with its LaunchRequest stored: the reconciler re-sends the same request when
 the lease runs out, and the executor's launch is idempotent per attempt id, so a job is never lost
-and never launched twice. On PostgreSQL the job rows are locked with FOR UPDATE SKIP LOCKED, so
-two replicas never claim the same job.
+and never launched twice. A launch the executor refuses as full (RESOURCE_EXHAUSTED: it took
+nothing) is sent again by the scheduler itself once its backoff ends. On PostgreSQL the job rows
+are locked with FOR UPDATE SKIP LOCKED, so two replicas never claim the same job.
 """
 
 from __future__ import annotations
@@ -316,7 +317,12 @@ class Scheduler:
                 metrics.DISPATCH_SECONDS.labels(fleet).observe(time.monotonic() - started)
                 await self.ctx.db.run(lambda s: self._launched(s, attempt_id, resp))
             elif transient:
-                await self.ctx.db.run(lambda s: self._launch_transient(s, attempt_id, failure))
+                retry_in = await self.ctx.db.run(lambda s: self._launch_transient(s, attempt_id, failure))
+                if retry_in is not None and isinstance(failure, errors.ResourceExhausted):
+                    # The executor answered that it is full: it did not take the attempt, so the
+                    # launch is sent again once the backoff ends, by this replica, without waiting
+                    # for the reconciler to look (nothing may wake it before its next pass).
+                    self.spawn(self._resend_later(attempt_id, job_id, fleet, retry_in))
             else:
                 await self.ctx.db.run(lambda s: self._launch_refused(s, attempt_id, failure))
         # A launched attempt is observed at once (PENDING -> RUNNING as soon as the executor sees
@@ -338,10 +344,12 @@ class Scheduler:
         if attempt.state == sm.SUBMITTED:
             jobs.advance(s, job, attempt, sm.PENDING, "launched: the backend accepted the attempt")
 
-    def _launch_transient(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> None:
+    def _launch_transient(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> float | None:
+        """Schedule the launch's retry (in the lease, so every replica keeps to it); the seconds
+        until it is due, or None when the attempt ended (meanwhile, or now: out of tries)."""
         attempt = jobs.get_attempt(s, attempt_id, for_update=True)
         if attempt.state != sm.SUBMITTED:
-            return
+            return None
         full = isinstance(err, errors.ResourceExhausted)
         if not full:
             attempt.dispatch_tries += 1
@@ -358,7 +366,7 @@ class Scheduler:
                     f"could not launch on fleet {attempt.fleet} after {attempt.dispatch_tries} tries: {err.message}"
                 ),
             )
-            return
+            return None
         # Let the reconciler retry after a backoff; it re-sends the same LaunchRequest. The
         # schedule lives in the lease, so every replica keeps to it.
         now = time.time()
@@ -369,6 +377,23 @@ class Scheduler:
         attempt.lease_owner = ""
         attempt.lease_until = now + delay
         attempt.reason = f"launch will be retried: {err.message}"
+        return delay
+
+    async def _resend_later(self, attempt_id: str, job_id: str, fleet: str, delay: float) -> None:
+        """Send a launch the backend refused as full again after `delay` seconds, unless the
+        attempt moved on meanwhile (stopped, or re-sent by the reconciler of some replica)."""
+        await asyncio.sleep(delay)
+        data = await self.ctx.db.run(lambda s: self._retake(s, attempt_id))
+        if data is not None:
+            await self.launch(attempt_id, job_id, fleet, data)
+
+    def _retake(self, s: Session, attempt_id: str) -> bytes | None:
+        """The attempt's LaunchRequest to send again (a fresh run token, its secrets resolved
+        again) once this replica holds its expired lease; None when the attempt is no longer
+        SUBMITTED, another holds the lease, or a secret it names is gone (it failed, a precheck)."""
+        if not take_lease(s, attempt_id, self.ctx.replica_id, time.time()):
+            return None
+        return launch_secrets.send_form_or_fail(s, jobs.get_attempt(s, attempt_id), self.ctx.keyring)
 
     def _launch_refused(self, s: Session, attempt_id: str, err: errors.StarforgeError) -> None:
         attempt = jobs.get_attempt(s, attempt_id, for_update=True)
