@@ -10,6 +10,7 @@ and are read with them.
 
 from __future__ import annotations
 
+import bisect
 import sys
 from array import array
 from collections import defaultdict
@@ -138,11 +139,75 @@ def count(s: Session, job_id: str, name: str | None = None) -> int:
     return int(s.scalar(chunked) or 0) + int(s.scalar(rows) or 0)
 
 
-def _downsample(steps: list[int], max_points: int) -> list[int]:
-    if max_points <= 0 or len(steps) <= max_points:
-        return steps
-    stride = (len(steps) - 1) / (max_points - 1)
-    return [steps[round(i * stride)] for i in range(max_points)]
+def _pick(values: Sequence[float], max_points: int) -> Sequence[int]:
+    """Indices (ascending) of at most `max_points` of `values` that keep the series' shape: the
+    first and the last point, and between them, in (max_points - 2) // 2 buckets of equal count,
+    each bucket's smallest and largest value. All of them when max_points <= 0 or they fit."""
+    n = len(values)
+    if max_points <= 0 or n <= max_points:
+        return range(n)
+    if max_points == 1:
+        return [n - 1]
+    buckets = (max_points - 2) // 2
+    out = [0]
+    inner = n - 2
+    for b in range(buckets):
+        lo_i = 1 + b * inner // buckets
+        hi_i = 1 + (b + 1) * inner // buckets
+        if lo_i >= hi_i:
+            continue
+        part = values[lo_i:hi_i]  # min, max and index run in C on an array or list slice
+        a = part.index(min(part))
+        z = part.index(max(part))
+        if a > z:
+            a, z = z, a
+        out.append(lo_i + a)
+        if z != a:
+            out.append(lo_i + z)
+    out.append(n - 1)
+    return out
+
+
+def _series_pb(
+    name: str, steps: Sequence[int], values: Sequence[float], times: Sequence[float], max_points: int
+) -> telemetry_pb2.MetricSeries:
+    ser = telemetry_pb2.MetricSeries(name=name)
+    for i in _pick(values, max_points):
+        point = ser.points.add(step=steps[i], name=name, value=values[i])
+        t = ts(times[i])
+        if t is not None:
+            point.time.CopyFrom(t)
+    return ser
+
+
+_Chunk = tuple[int, int, int, int, bytes, bytes, bytes]  # attempt, first, last, points, steps, values, times
+
+
+def _in_order(chunks: list[_Chunk]) -> bool:
+    """Whether the chunks (in the order stored) are of one attempt, each one's steps the evenly
+    spaced run its first/last/points describe, each starting after the previous one ended: the
+    usual series, whose points need no merging (no step reported twice)."""
+    prev_last: int | None = None
+    for attempt, first, last, _n, step_data, _v, _t in chunks:
+        if attempt != chunks[0][0] or step_data or (prev_last is not None and first <= prev_last):
+            return False
+        prev_last = last
+    return True
+
+
+def _columns_of(chunks: list[_Chunk], after_step: int) -> tuple[Sequence[int], Sequence[float], Sequence[float]]:
+    """The points of chunks `_in_order` accepted, as three columns, steps above `after_step`."""
+    steps = array("q")
+    values = array("d")
+    times = array("d")
+    for _a, first, last, count_, step_data, value_data, time_data in chunks:
+        steps.extend(_steps_of(step_data, first, last, count_))
+        values.extend(_unpack("d", value_data))
+        times.extend(_unpack("d", time_data))
+    if after_step > 0:
+        start = bisect.bisect_right(steps, after_step)
+        return steps[start:], values[start:], times[start:]
+    return steps, values, times
 
 
 def series(
@@ -150,7 +215,8 @@ def series(
 ) -> list[telemetry_pb2.MetricSeries]:
     """One series per metric name, sorted by name. When a step was reported several times (a
     resumed run repeating steps after its checkpoint), the latest attempt's value wins, and within
-    an attempt the one reported last."""
+    an attempt the one reported last. With `max_points` > 0 each series is cut to at most that many
+    points by `_pick` (first, last, and each bucket's extremes)."""
     # name -> attempt -> step -> (value, time); attempts are applied in order at the end
     found: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(lambda: defaultdict(dict))
 
@@ -173,31 +239,33 @@ def series(
         chunks = chunks.where(m.MetricChunk.name.in_(list(names)))
     if after_step > 0:
         chunks = chunks.where(m.MetricChunk.last_step > after_step)
-    rows = s.execute(chunks.order_by(m.MetricChunk.id))
-    for name, attempt, first, last, count_, step_data, value_data, time_data in rows:
-        steps = _steps_of(step_data, first, last, count_)
-        points = zip(_unpack("d", value_data), _unpack("d", time_data), strict=True)
-        into = found[name][attempt]
-        if after_step > 0:
-            into.update((st, p) for st, p in zip(steps, points, strict=True) if st > after_step)
-        else:
-            into.update(zip(steps, points, strict=True))
+    by_name: dict[str, list[_Chunk]] = defaultdict(list)
+    for name, *chunk in s.execute(chunks.order_by(m.MetricChunk.id)):
+        by_name[name].append(tuple(chunk))  # type: ignore[arg-type]
 
-    out = []
-    for name in sorted(found):
-        by_attempt = found[name]
+    out: dict[str, telemetry_pb2.MetricSeries] = {}
+    for name, its in by_name.items():
+        if name not in found and _in_order(its):  # the usual series: straight from the columns
+            out[name] = _series_pb(name, *_columns_of(its, after_step), max_points)
+            continue
+        for attempt, first, last, count_, step_data, value_data, time_data in its:
+            steps = _steps_of(step_data, first, last, count_)
+            points = zip(_unpack("d", value_data), _unpack("d", time_data), strict=True)
+            into = found[name][attempt]
+            if after_step > 0:
+                into.update((st, p) for st, p in zip(steps, points, strict=True) if st > after_step)
+            else:
+                into.update(zip(steps, points, strict=True))
+
+    for name, by_attempt in found.items():
         merged: dict[int, tuple[float, float]] = {}
         for attempt in sorted(by_attempt):
             merged.update(by_attempt[attempt])
-        ser = telemetry_pb2.MetricSeries(name=name)
-        for step in _downsample(sorted(merged), max_points):
-            value, at = merged[step]
-            point = ser.points.add(step=step, name=name, value=value)
-            t = ts(at)
-            if t is not None:
-                point.time.CopyFrom(t)
-        out.append(ser)
-    return out
+        steps = sorted(merged)
+        values = [merged[st][0] for st in steps]
+        times = [merged[st][1] for st in steps]
+        out[name] = _series_pb(name, steps, values, times, max_points)
+    return [out[name] for name in sorted(out)]
 
 
 def append_samples(

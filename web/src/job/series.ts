@@ -1,6 +1,10 @@
 // A run's metric series, fetched incrementally with GetJobMetrics(after_step): each poll asks for
-// the points after the lowest last step of any series, and drops the ones already held.
+// the points after the lowest last step of any series, and drops the ones already held. Each
+// fetch asks for at most MAX_POINTS points per series, which the control plane picks so the
+// chart keeps its shape (first, last, and each bucket's lowest and highest value).
 import { control } from "../api";
+
+export const MAX_POINTS = 1000;
 
 export interface Series {
   steps: number[];
@@ -23,7 +27,7 @@ export class RunMetrics {
 
   /** Fetches new points; true when anything changed. */
   async poll(signal: AbortSignal): Promise<boolean> {
-    const r = await control.getJobMetrics({ jobId: this.jobId, afterStep: this.afterStep() }, { signal });
+    const r = await control.getJobMetrics({ jobId: this.jobId, afterStep: this.afterStep(), maxPoints: MAX_POINTS }, { signal });
     let changed = false;
     for (const s of r.series) {
       let mine = this.series.get(s.name);
