@@ -11,10 +11,11 @@ and are read with them.
 from __future__ import annotations
 
 import bisect
+import struct
 import sys
 from array import array
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
@@ -22,8 +23,8 @@ from starforge_api.job.v1 import telemetry_pb2
 
 from control.db import models as m
 from control.db.engine import insert_rows
-from control.ledger.convert import ts
 
+_TIME = struct.Struct("<d")
 _SWAP = sys.byteorder != "little"  # the stored arrays are little-endian on every machine
 
 
@@ -169,14 +170,20 @@ def _pick(values: Sequence[float], max_points: int) -> Sequence[int]:
 
 
 def _series_pb(
-    name: str, steps: Sequence[int], values: Sequence[float], times: Sequence[float], max_points: int
+    name: str,
+    values: Sequence[float],
+    step_of: Callable[[int], int],
+    time_of: Callable[[int], float],
+    max_points: int,
 ) -> telemetry_pb2.MetricSeries:
     ser = telemetry_pb2.MetricSeries(name=name)
     for i in _pick(values, max_points):
-        point = ser.points.add(step=steps[i], name=name, value=values[i])
-        t = ts(times[i])
-        if t is not None:
-            point.time.CopyFrom(t)
+        point = ser.points.add(step=step_of(i), name=name, value=values[i])
+        at = time_of(i)
+        if at is not None:  # as ledger.convert.ts, without its temporary message
+            seconds, nanos = divmod(int(at * 1e9), 1_000_000_000)
+            point.time.seconds = seconds
+            point.time.nanos = nanos
     return ser
 
 
@@ -195,19 +202,39 @@ def _in_order(chunks: list[_Chunk]) -> bool:
     return True
 
 
-def _columns_of(chunks: list[_Chunk], after_step: int) -> tuple[Sequence[int], Sequence[float], Sequence[float]]:
-    """The points of chunks `_in_order` accepted, as three columns, steps above `after_step`."""
-    steps = array("q")
-    values = array("d")
-    times = array("d")
-    for _a, first, last, count_, step_data, value_data, time_data in chunks:
-        steps.extend(_steps_of(step_data, first, last, count_))
-        values.extend(_unpack("d", value_data))
-        times.extend(_unpack("d", time_data))
-    if after_step > 0:
-        start = bisect.bisect_right(steps, after_step)
-        return steps[start:], values[start:], times[start:]
-    return steps, values, times
+class _InOrder:
+    """The points of chunks `_in_order` accepted, steps above `after_step`: their values as one
+    column; a point's step and time are looked up by index (only the points kept are)."""
+
+    def __init__(self, chunks: list[_Chunk], after_step: int) -> None:
+        self.starts: list[int] = []  # index of each chunk's first point kept
+        self.firsts: list[int] = []  # its step
+        self.strides: list[int] = []
+        self.times: list[tuple[bytes, int]] = []  # each chunk's times and how many were skipped
+        parts = []
+        total = 0
+        for _a, first, last, count_, _steps, value_data, time_data in chunks:
+            stride = (last - first) // (count_ - 1) if count_ > 1 else 1
+            skip = (after_step - first) // stride + 1 if after_step > 0 and first <= after_step else 0
+            if skip >= count_:
+                continue
+            self.starts.append(total)
+            self.firsts.append(first + skip * stride)
+            self.strides.append(stride)
+            self.times.append((time_data, skip))
+            parts.append(value_data[8 * skip :])
+            total += count_ - skip
+        self.values = _unpack("d", b"".join(parts))
+
+    def step(self, i: int) -> int:
+        c = bisect.bisect_right(self.starts, i) - 1
+        return self.firsts[c] + (i - self.starts[c]) * self.strides[c]
+
+    def time(self, i: int) -> float:
+        c = bisect.bisect_right(self.starts, i) - 1
+        data, skip = self.times[c]
+        at: float = _TIME.unpack_from(data, 8 * (skip + i - self.starts[c]))[0]
+        return at
 
 
 def series(
@@ -246,7 +273,8 @@ def series(
     out: dict[str, telemetry_pb2.MetricSeries] = {}
     for name, its in by_name.items():
         if name not in found and _in_order(its):  # the usual series: straight from the columns
-            out[name] = _series_pb(name, *_columns_of(its, after_step), max_points)
+            cols = _InOrder(its, after_step)
+            out[name] = _series_pb(name, cols.values, cols.step, cols.time, max_points)
             continue
         for attempt, first, last, count_, step_data, value_data, time_data in its:
             steps = _steps_of(step_data, first, last, count_)
@@ -264,7 +292,7 @@ def series(
         steps = sorted(merged)
         values = [merged[st][0] for st in steps]
         times = [merged[st][1] for st in steps]
-        out[name] = _series_pb(name, steps, values, times, max_points)
+        out[name] = _series_pb(name, values, steps.__getitem__, times.__getitem__, max_points)
     return [out[name] for name in sorted(out)]
 
 
