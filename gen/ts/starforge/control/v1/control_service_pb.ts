@@ -569,7 +569,9 @@ export type GetJobMetricsRequest = Message<"starforge.control.v1.GetJobMetricsRe
   names: string[];
 
   /**
-   * Downsample each series to at most this many points (keeping first and last); 0 for all.
+   * Downsample each series to at most this many points, keeping its shape: the first and the last
+   * point, and between them, in (max_points - 2) / 2 buckets of equal count, each bucket's lowest
+   * and highest value (1 keeps only the last point). 0 or less for all. Never an error.
    *
    * @generated from field: int32 max_points = 3;
    */

@@ -803,7 +803,9 @@ class GetJobMetricsRequest(betterproto2.Message):
 
     max_points: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
     """
-    Downsample each series to at most this many points (keeping first and last); 0 for all.
+    Downsample each series to at most this many points, keeping its shape: the first and the last
+    point, and between them, in (max_points - 2) / 2 buckets of equal count, each bucket's lowest
+    and highest value (1 keeps only the last point). 0 or less for all. Never an error.
     """
 
     after_step: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
