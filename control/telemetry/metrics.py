@@ -206,7 +206,7 @@ class _InOrder:
     """The points of chunks `_in_order` accepted, steps above `after_step`: their values as one
     column; a point's step and time are looked up by index (only the points kept are)."""
 
-    def __init__(self, chunks: list[_Chunk], after_step: int) -> None:
+    def __init__(self, chunks: list[_Chunk], after_step: int, up_to_step: int) -> None:
         self.starts: list[int] = []  # index of each chunk's first point kept
         self.firsts: list[int] = []  # its step
         self.strides: list[int] = []
@@ -216,14 +216,17 @@ class _InOrder:
         for _a, first, last, count_, _steps, value_data, time_data in chunks:
             stride = (last - first) // (count_ - 1) if count_ > 1 else 1
             skip = (after_step - first) // stride + 1 if after_step > 0 and first <= after_step else 0
-            if skip >= count_:
+            end = count_
+            if up_to_step > 0 and last > up_to_step:
+                end = max(0, (up_to_step - first) // stride + 1)
+            if skip >= end:
                 continue
             self.starts.append(total)
             self.firsts.append(first + skip * stride)
             self.strides.append(stride)
             self.times.append((time_data, skip))
-            parts.append(value_data[8 * skip :])
-            total += count_ - skip
+            parts.append(value_data[8 * skip : 8 * end])
+            total += end - skip
         self.values = _unpack("d", b"".join(parts))
 
     def step(self, i: int) -> int:
@@ -238,11 +241,18 @@ class _InOrder:
 
 
 def series(
-    s: Session, job_id: str, names: Sequence[str] = (), *, after_step: int = 0, max_points: int = 0
+    s: Session,
+    job_id: str,
+    names: Sequence[str] = (),
+    *,
+    after_step: int = 0,
+    max_points: int = 0,
+    up_to_step: int = 0,
 ) -> list[telemetry_pb2.MetricSeries]:
     """One series per metric name, sorted by name. When a step was reported several times (a
     resumed run repeating steps after its checkpoint), the latest attempt's value wins, and within
-    an attempt the one reported last. With `max_points` > 0 each series is cut to at most that many
+    an attempt the one reported last. Steps above `after_step` and, when it is > 0, at most
+    `up_to_step`. With `max_points` > 0 each series is cut to at most that many
     points by `_pick` (first, last, and each bucket's extremes)."""
     # name -> attempt -> step -> (value, time); attempts are applied in order at the end
     found: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(lambda: defaultdict(dict))
@@ -255,6 +265,8 @@ def series(
         old = old.where(m.MetricPoint.name.in_(list(names)))
     if after_step > 0:
         old = old.where(m.MetricPoint.step > after_step)
+    if up_to_step > 0:
+        old = old.where(m.MetricPoint.step <= up_to_step)
     for name, attempt, step, value, at in s.execute(old.order_by(m.MetricPoint.id)):
         found[name][attempt][step] = (value, at)
 
@@ -266,6 +278,8 @@ def series(
         chunks = chunks.where(m.MetricChunk.name.in_(list(names)))
     if after_step > 0:
         chunks = chunks.where(m.MetricChunk.last_step > after_step)
+    if up_to_step > 0:
+        chunks = chunks.where(m.MetricChunk.first_step <= up_to_step)
     by_name: dict[str, list[_Chunk]] = defaultdict(list)
     for name, *chunk in s.execute(chunks.order_by(m.MetricChunk.id)):
         by_name[name].append(tuple(chunk))  # type: ignore[arg-type]
@@ -273,15 +287,20 @@ def series(
     out: dict[str, telemetry_pb2.MetricSeries] = {}
     for name, its in by_name.items():
         if name not in found and _in_order(its):  # the usual series: straight from the columns
-            cols = _InOrder(its, after_step)
+            cols = _InOrder(its, after_step, up_to_step)
             out[name] = _series_pb(name, cols.values, cols.step, cols.time, max_points)
             continue
         for attempt, first, last, count_, step_data, value_data, time_data in its:
             steps = _steps_of(step_data, first, last, count_)
             points = zip(_unpack("d", value_data), _unpack("d", time_data), strict=True)
             into = found[name][attempt]
-            if after_step > 0:
-                into.update((st, p) for st, p in zip(steps, points, strict=True) if st > after_step)
+            if after_step > 0 or up_to_step > 0:
+                top = up_to_step if up_to_step > 0 else None
+                into.update(
+                    (st, p)
+                    for st, p in zip(steps, points, strict=True)
+                    if (after_step <= 0 or st > after_step) and (top is None or st <= top)
+                )
             else:
                 into.update(zip(steps, points, strict=True))
 

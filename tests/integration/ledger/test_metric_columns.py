@@ -173,3 +173,23 @@ def test_downsampling_keeps_the_shape(db: Database) -> None:
     )
     got = points_of(db, job_id, max_points=20)["loss"]
     assert (500, 99.0) in got and (733, -50.0) in got and got[-1] == (999, 1.0) and len(got) <= 20
+
+
+def test_a_step_range_reads_at_full_resolution(db: Database) -> None:
+    """after_step and up_to_step bound a zoomed chart's range, on both read paths."""
+    aid = new_attempt(db)
+    job_id = aid.split(".")[0]
+    batch = [columns_record(i + 1, col("loss", list(range(i * 10, i * 10 + 10)), [float(i * 10 + j) for j in range(10)]))
+             for i in range(10)]  # fmt: skip
+    db.run_sync(lambda s: ingest.apply_records(s, aid, batch, scope_attempt_id=None))
+    assert points_of(db, job_id, after_step=33, up_to_step=57)["loss"] == [(s, float(s)) for s in range(34, 58)]
+    assert points_of(db, job_id, up_to_step=4)["loss"] == [(s, float(s)) for s in range(5)]
+    got = points_of(db, job_id, after_step=9, up_to_step=89, max_points=10)["loss"]
+    assert got[0] == (10, 10.0) and got[-1] == (89, 89.0) and len(got) <= 10
+    assert points_of(db, job_id, after_step=99, up_to_step=200) == {}
+    # merged per step (a step reported twice): the same bounds
+    db.run_sync(
+        lambda s: ingest.apply_records(s, aid, [columns_record(11, col("loss", [40], [-1.0]))], scope_attempt_id=None)
+    )
+    assert points_of(db, job_id, after_step=38, up_to_step=41)["loss"] == [(39, 39.0), (40, -1.0), (41, 41.0)]
+    assert points_of(db, job_id, up_to_step=1)["loss"] == [(0, 0.0), (1, 1.0)]

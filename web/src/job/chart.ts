@@ -25,6 +25,8 @@ export class MetricChart {
   private pending: Run[] | null = null;
   /** Called after each draw (the plot is built or its data replaced). */
   onDraw: () => void = () => {};
+  /** Called when a step range is selected (zoom in), with its bounds. */
+  onZoom: (lo: number, hi: number) => void = () => {};
 
   constructor(readonly metric: string) {
     this.canvas = h("div", { class: "chart-canvas" });
@@ -118,7 +120,11 @@ export class MetricChart {
         ],
         setSelect: [
           (u: uPlot) => {
-            if (u.select.width > 0) this.setZoomed(true);
+            if (u.select.width <= 0) return;
+            this.setZoomed(true);
+            const lo = u.posToVal(u.select.left, "x");
+            const hi = u.posToVal(u.select.left + u.select.width, "x");
+            if (Number.isFinite(lo) && Number.isFinite(hi)) this.onZoom(lo, hi);
           },
         ],
       },

@@ -48,6 +48,16 @@ export function metricsPanel(model: JobModel, s: Session, signal: AbortSignal): 
           const st = testState.charts[drawnOne.metric];
           if (st) st.drawn = true;
         };
+        chart.onZoom = (lo, hi) => {
+          own
+            .refine(drawnOne.metric, lo, hi, signal)
+            .then((changed) => {
+              if (changed) draw();
+            })
+            .catch((err: unknown) => {
+              if (!isAbort(err, signal)) replace(status, h("span", { class: "error" }, errorLine(err)));
+            });
+        };
         charts.set(name, chart);
         grid.appendChild(chart.el);
       }

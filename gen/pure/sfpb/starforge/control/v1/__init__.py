@@ -813,6 +813,12 @@ class GetJobMetricsRequest(betterproto2.Message):
     Only points with step greater than this (for incremental refresh); -1 or 0 for all.
     """
 
+    up_to_step: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Only points with step at most this (a zoomed chart fetching its step range at full
+    resolution, with after_step as the lower bound); 0 or less for no bound. Never an error.
+    """
+
 
 default_message_pool.register_message("starforge.control.v1", "GetJobMetricsRequest", GetJobMetricsRequest)
 
