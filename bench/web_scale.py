@@ -3,11 +3,13 @@ over 20 series, in headless Chromium.
 
 Ours: the real embedded console with its web UI behind envoy (`sf up` with a fixed port: the UI on
 port + 10). The data are written straight into the ledger before the console starts, as the ingest
-path stores them (`log_lines` and `metric_points` rows of one SUCCEEDED job and its attempt, with
-sqlite3 executemany). Chromium (Debian's, driven by Playwright, as tests/browser does) signs in,
+path stores them (`log_lines` rows and `metric_chunks` rows of 1,000 points of one metric, of one
+SUCCEEDED job and its attempt, with sqlite3). Chromium (Debian's, driven by Playwright, as tests/browser does) signs in,
 goes to about:blank, then navigates to `#/jobs/<id>`; the figure is the time from that navigation
-to the page showing its log tail (`window.__starforge.logLines` > 0) and all 20 charts holding
-their points (`window.__starforge.charts[name].points`), polled every animation frame. Memory: the
+to the page showing its log tail (`window.__starforge.logLines` > 0), all 20 charts holding their
+series up to the last step (`window.__starforge.charts[name]`: points > 0, lastStep; the page asks
+for at most 1,000 shape-keeping points per series) and every chart in the viewport plotted (charts
+are plotted as they scroll into view, as MLflow's are), polled every animation frame. Memory: the
 page's JS heap after a forced GC and the DOM node count (CDP `Performance.getMetrics`), and the
 renderer's share as `performance.memory.usedJSHeapSize` right after drawing.
 
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from array import array
 from typing import Any
 
 from bench.common import (
@@ -52,6 +55,7 @@ from bench.common import (
 LOG_LINES = 2_000 if QUICK else 100_000
 SERIES = 20
 STEPS = 500 if QUICK else 50_000  # per series: 20 x 50,000 = 1,000,000 points
+CHUNK = 1_000  # points per metric_chunks row (one ingest batch of one metric)
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -130,14 +134,28 @@ def make_job(state_dir: pathlib.Path, owner: str) -> str:
                 for i in range(1, LOG_LINES + 1)
             ),
         )
-        conn.executemany(
-            "INSERT INTO metric_points (job_id, attempt_number, name, step, value, at) VALUES (?, 1, ?, ?, ?, ?)",
-            (
-                (job_id, f"train/metric_{k:02d}", step, (k + 1) / (1 + step * 0.001), t0 + step * 0.05)
-                for k in range(SERIES)
-                for step in range(1, STEPS + 1)
-            ),
-        )
+        # as ingest stores them: one metric_chunks row per metric name per batch (CHUNK steps each)
+        from control.telemetry import metrics
+
+        for k in range(SERIES):
+            for first in range(1, STEPS + 1, CHUNK):
+                steps = list(range(first, min(first + CHUNK, STEPS + 1)))
+                cols = metrics.Columns()
+                cols.add(
+                    f"train/metric_{k:02d}",
+                    steps,
+                    [(k + 1) / (1 + step * 0.001) for step in steps],
+                    [t0 + step * 0.05 for step in steps],
+                )
+                ((name, (st, vals, times)),) = cols.by_name.items()
+                conn.execute(
+                    "INSERT INTO metric_chunks (job_id, attempt_number, name, first_step, last_step, points,"
+                    " step_data, value_data, time_data) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        job_id, name, st[0], st[-1], len(st), metrics._step_data(st, st[0], st[-1]),
+                        metrics._pack(array("d", vals)), metrics._pack(array("d", times)),
+                    ),
+                )  # fmt: skip
         conn.commit()
     finally:
         conn.close()
@@ -213,11 +231,16 @@ def measure_ours() -> dict[str, Any]:
 
         drawn = (
             "() => { const s = window.__starforge; if (!s || s.logLines < 1) return false;"
-            f" const c = Object.values(s.charts); return c.length >= {SERIES} && c.every(x => x.points >= {STEPS}); }}"
+            f" const c = Object.values(s.charts); if (c.length < {SERIES}) return false;"
+            f" if (!c.every(x => x.points > 0 && x.lastStep >= {STEPS}))"
+            " return false; const seen = [...document.querySelectorAll('.metric-chart')].filter(e => {"
+            " const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; });"
+            " return seen.length > 0 && seen.every(e => e.dataset.drawn === '1'); }"
         )
         state_js = (
             "() => ({logLines: window.__starforge.logLines, charts: Object.keys(window.__starforge.charts).length,"
-            " points: Object.values(window.__starforge.charts).reduce((a, c) => a + c.points, 0)})"
+            " points: Object.values(window.__starforge.charts).reduce((a, c) => a + c.points, 0),"
+            " drawn: Object.values(window.__starforge.charts).filter(c => c.drawn).length})"
         )
         os.environ["STARFORGE_BENCH_SHOT"] = str(work / "job-page.png")
         out = asyncio.run(_browser_measure(sign_in, f"{console.ui}#/jobs/{job_id}", drawn, state_js))

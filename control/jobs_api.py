@@ -395,11 +395,17 @@ class JobsApi:
             await self.ctx.notifier.wait(jid, FOLLOW_POLL_SECONDS)
 
     async def metrics(
-        self, principal: Principal, job_id: str, names: Sequence[str], max_points: int, after_step: int
+        self,
+        principal: Principal,
+        job_id: str,
+        names: Sequence[str],
+        max_points: int,
+        after_step: int,
+        up_to_step: int = 0,
     ) -> list[telemetry_pb2.MetricSeries]:
         def read(s: Session) -> list[telemetry_pb2.MetricSeries]:
             job = visible_job(s, principal, job_id)
-            return metrics.series(s, job.id, names, after_step=after_step, max_points=max_points)
+            return metrics.series(s, job.id, names, after_step=after_step, max_points=max_points, up_to_step=up_to_step)
 
         return await self.ctx.db.run(read)
 

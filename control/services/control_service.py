@@ -90,6 +90,7 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
             list(request.names),
             request.max_points,
             request.after_step,
+            request.up_to_step,
         )
         return pb.GetJobMetricsResponse(series=series)
 

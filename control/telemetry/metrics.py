@@ -10,10 +10,12 @@ and are read with them.
 
 from __future__ import annotations
 
+import bisect
+import struct
 import sys
 from array import array
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
@@ -21,8 +23,8 @@ from starforge_api.job.v1 import telemetry_pb2
 
 from control.db import models as m
 from control.db.engine import insert_rows
-from control.ledger.convert import ts
 
+_TIME = struct.Struct("<d")
 _SWAP = sys.byteorder != "little"  # the stored arrays are little-endian on every machine
 
 
@@ -138,19 +140,120 @@ def count(s: Session, job_id: str, name: str | None = None) -> int:
     return int(s.scalar(chunked) or 0) + int(s.scalar(rows) or 0)
 
 
-def _downsample(steps: list[int], max_points: int) -> list[int]:
-    if max_points <= 0 or len(steps) <= max_points:
-        return steps
-    stride = (len(steps) - 1) / (max_points - 1)
-    return [steps[round(i * stride)] for i in range(max_points)]
+def _pick(values: Sequence[float], max_points: int) -> Sequence[int]:
+    """Indices (ascending) of at most `max_points` of `values` that keep the series' shape: the
+    first and the last point, and between them, in (max_points - 2) // 2 buckets of equal count,
+    each bucket's smallest and largest value. All of them when max_points <= 0 or they fit."""
+    n = len(values)
+    if max_points <= 0 or n <= max_points:
+        return range(n)
+    if max_points == 1:
+        return [n - 1]
+    buckets = (max_points - 2) // 2
+    out = [0]
+    inner = n - 2
+    for b in range(buckets):
+        lo_i = 1 + b * inner // buckets
+        hi_i = 1 + (b + 1) * inner // buckets
+        if lo_i >= hi_i:
+            continue
+        part = values[lo_i:hi_i]  # min, max and index run in C on an array or list slice
+        a = part.index(min(part))
+        z = part.index(max(part))
+        if a > z:
+            a, z = z, a
+        out.append(lo_i + a)
+        if z != a:
+            out.append(lo_i + z)
+    out.append(n - 1)
+    return out
+
+
+def _series_pb(
+    name: str,
+    values: Sequence[float],
+    step_of: Callable[[int], int],
+    time_of: Callable[[int], float],
+    max_points: int,
+) -> telemetry_pb2.MetricSeries:
+    ser = telemetry_pb2.MetricSeries(name=name)
+    for i in _pick(values, max_points):
+        point = ser.points.add(step=step_of(i), name=name, value=values[i])
+        at = time_of(i)
+        if at is not None:  # as ledger.convert.ts, without its temporary message
+            seconds, nanos = divmod(int(at * 1e9), 1_000_000_000)
+            point.time.seconds = seconds
+            point.time.nanos = nanos
+    return ser
+
+
+_Chunk = tuple[int, int, int, int, bytes, bytes, bytes]  # attempt, first, last, points, steps, values, times
+
+
+def _in_order(chunks: list[_Chunk]) -> bool:
+    """Whether the chunks (in the order stored) are of one attempt, each one's steps the evenly
+    spaced run its first/last/points describe, each starting after the previous one ended: the
+    usual series, whose points need no merging (no step reported twice)."""
+    prev_last: int | None = None
+    for attempt, first, last, _n, step_data, _v, _t in chunks:
+        if attempt != chunks[0][0] or step_data or (prev_last is not None and first <= prev_last):
+            return False
+        prev_last = last
+    return True
+
+
+class _InOrder:
+    """The points of chunks `_in_order` accepted, steps above `after_step`: their values as one
+    column; a point's step and time are looked up by index (only the points kept are)."""
+
+    def __init__(self, chunks: list[_Chunk], after_step: int, up_to_step: int) -> None:
+        self.starts: list[int] = []  # index of each chunk's first point kept
+        self.firsts: list[int] = []  # its step
+        self.strides: list[int] = []
+        self.times: list[tuple[bytes, int]] = []  # each chunk's times and how many were skipped
+        parts = []
+        total = 0
+        for _a, first, last, count_, _steps, value_data, time_data in chunks:
+            stride = (last - first) // (count_ - 1) if count_ > 1 else 1
+            skip = (after_step - first) // stride + 1 if after_step > 0 and first <= after_step else 0
+            end = count_
+            if up_to_step > 0 and last > up_to_step:
+                end = max(0, (up_to_step - first) // stride + 1)
+            if skip >= end:
+                continue
+            self.starts.append(total)
+            self.firsts.append(first + skip * stride)
+            self.strides.append(stride)
+            self.times.append((time_data, skip))
+            parts.append(value_data[8 * skip : 8 * end])
+            total += end - skip
+        self.values = _unpack("d", b"".join(parts))
+
+    def step(self, i: int) -> int:
+        c = bisect.bisect_right(self.starts, i) - 1
+        return self.firsts[c] + (i - self.starts[c]) * self.strides[c]
+
+    def time(self, i: int) -> float:
+        c = bisect.bisect_right(self.starts, i) - 1
+        data, skip = self.times[c]
+        at: float = _TIME.unpack_from(data, 8 * (skip + i - self.starts[c]))[0]
+        return at
 
 
 def series(
-    s: Session, job_id: str, names: Sequence[str] = (), *, after_step: int = 0, max_points: int = 0
+    s: Session,
+    job_id: str,
+    names: Sequence[str] = (),
+    *,
+    after_step: int = 0,
+    max_points: int = 0,
+    up_to_step: int = 0,
 ) -> list[telemetry_pb2.MetricSeries]:
     """One series per metric name, sorted by name. When a step was reported several times (a
     resumed run repeating steps after its checkpoint), the latest attempt's value wins, and within
-    an attempt the one reported last."""
+    an attempt the one reported last. Steps above `after_step` and, when it is > 0, at most
+    `up_to_step`. With `max_points` > 0 each series is cut to at most that many
+    points by `_pick` (first, last, and each bucket's extremes)."""
     # name -> attempt -> step -> (value, time); attempts are applied in order at the end
     found: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(lambda: defaultdict(dict))
 
@@ -162,6 +265,8 @@ def series(
         old = old.where(m.MetricPoint.name.in_(list(names)))
     if after_step > 0:
         old = old.where(m.MetricPoint.step > after_step)
+    if up_to_step > 0:
+        old = old.where(m.MetricPoint.step <= up_to_step)
     for name, attempt, step, value, at in s.execute(old.order_by(m.MetricPoint.id)):
         found[name][attempt][step] = (value, at)
 
@@ -173,31 +278,41 @@ def series(
         chunks = chunks.where(m.MetricChunk.name.in_(list(names)))
     if after_step > 0:
         chunks = chunks.where(m.MetricChunk.last_step > after_step)
-    rows = s.execute(chunks.order_by(m.MetricChunk.id))
-    for name, attempt, first, last, count_, step_data, value_data, time_data in rows:
-        steps = _steps_of(step_data, first, last, count_)
-        points = zip(_unpack("d", value_data), _unpack("d", time_data), strict=True)
-        into = found[name][attempt]
-        if after_step > 0:
-            into.update((st, p) for st, p in zip(steps, points, strict=True) if st > after_step)
-        else:
-            into.update(zip(steps, points, strict=True))
+    if up_to_step > 0:
+        chunks = chunks.where(m.MetricChunk.first_step <= up_to_step)
+    by_name: dict[str, list[_Chunk]] = defaultdict(list)
+    for name, *chunk in s.execute(chunks.order_by(m.MetricChunk.id)):
+        by_name[name].append(tuple(chunk))  # type: ignore[arg-type]
 
-    out = []
-    for name in sorted(found):
-        by_attempt = found[name]
+    out: dict[str, telemetry_pb2.MetricSeries] = {}
+    for name, its in by_name.items():
+        if name not in found and _in_order(its):  # the usual series: straight from the columns
+            cols = _InOrder(its, after_step, up_to_step)
+            out[name] = _series_pb(name, cols.values, cols.step, cols.time, max_points)
+            continue
+        for attempt, first, last, count_, step_data, value_data, time_data in its:
+            steps = _steps_of(step_data, first, last, count_)
+            points = zip(_unpack("d", value_data), _unpack("d", time_data), strict=True)
+            into = found[name][attempt]
+            if after_step > 0 or up_to_step > 0:
+                top = up_to_step if up_to_step > 0 else None
+                into.update(
+                    (st, p)
+                    for st, p in zip(steps, points, strict=True)
+                    if (after_step <= 0 or st > after_step) and (top is None or st <= top)
+                )
+            else:
+                into.update(zip(steps, points, strict=True))
+
+    for name, by_attempt in found.items():
         merged: dict[int, tuple[float, float]] = {}
         for attempt in sorted(by_attempt):
             merged.update(by_attempt[attempt])
-        ser = telemetry_pb2.MetricSeries(name=name)
-        for step in _downsample(sorted(merged), max_points):
-            value, at = merged[step]
-            point = ser.points.add(step=step, name=name, value=value)
-            t = ts(at)
-            if t is not None:
-                point.time.CopyFrom(t)
-        out.append(ser)
-    return out
+        steps = sorted(merged)
+        values = [merged[st][0] for st in steps]
+        times = [merged[st][1] for st in steps]
+        out[name] = _series_pb(name, values, steps.__getitem__, times.__getitem__, max_points)
+    return [out[name] for name in sorted(out)]
 
 
 def append_samples(

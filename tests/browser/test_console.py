@@ -236,3 +236,57 @@ async def test_job_page_links_to_the_external_tracker(page: Page, shots: Shots, 
         await expect(link).to_have_attribute("rel", "noopener noreferrer")
         await expect(page.locator(".job-header")).to_contain_text("(wandb)")
         await shots(page, "tracker-link")
+
+
+# 10 metrics of 3,000 steps each, reported as fast as the SDK takes them; m0 spikes once.
+MANY = """#!/usr/bin/env bash
+set -e
+python3 -u - <<'PY'
+import starforge
+for step in range(1, 3001):
+    starforge.report(step=step, **{f"m{k}": (100.0 if k == 0 and step == 1234 else 1.0 / step + k) for k in range(10)})
+print("done", flush=True)
+PY
+"""
+
+
+async def test_many_points_are_downsampled_drawn_in_view_and_refined_on_zoom(
+    page: Page, shots: Shots, tmp_path: pathlib.Path
+) -> None:
+    async with console(tmp_path, ui_listen=f"127.0.0.1:{free_port()}") as c:
+        lab = await c.lab("exp", MANY)
+        job_id = await submit(c, lab)
+        await c.wait(job_id, st.JOB_STATE_SUCCEEDED, timeout=120)
+        await sign_in(page, c)
+        await expect(page.locator("#current-user")).to_have_text("admin", timeout=WAIT)
+        await page.goto(f"{c.app.ui_url}#/jobs/{job_id}")
+        # every series is there up to its last step, cut to at most 1,000 points
+        await page.wait_for_function(
+            "() => { const c = Object.values(window.__starforge.charts);"
+            " return c.length === 10 && c.every(x => x.lastStep === 3000); }",
+            timeout=WAIT,
+        )
+        charts = await page.evaluate("window.__starforge.charts")
+        assert all(0 < x["points"] <= 1000 for x in charts.values()), charts
+        # only the charts near the viewport are plotted; the last one once it is scrolled to
+        first = page.locator('.metric-chart[data-metric="m0"]')
+        last = page.locator('.metric-chart[data-metric="m9"]')
+        await expect(first).to_have_attribute("data-drawn", "1")
+        assert await last.get_attribute("data-drawn") is None
+        assert not (await page.evaluate("window.__starforge.charts.m9.drawn"))
+        await last.scroll_into_view_if_needed()
+        await expect(last).to_have_attribute("data-drawn", "1")
+        await shots(page, "many-points-scrolled")
+        # zooming into a step range fetches it at full resolution
+        await first.scroll_into_view_if_needed()
+        over = first.locator(".u-over")
+        box = await over.bounding_box()
+        assert box is not None
+        y = box["y"] + box["height"] / 2
+        await page.mouse.move(box["x"] + box["width"] * 0.3, y)
+        await page.mouse.down()
+        await page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=5)
+        await page.mouse.up()
+        await expect(first).to_have_attribute("data-zoomed", "1")
+        await page.wait_for_function("() => window.__starforge.charts.m0.points > 1000", timeout=WAIT)
+        await shots(page, "many-points-zoomed")

@@ -11,6 +11,8 @@ export interface ChartState {
   lastValue: number | null;
   /** Series drawn (the job plus overlaid runs). */
   series: number;
+  /** The chart has been plotted (charts are plotted when they come into view). */
+  drawn: boolean;
 }
 
 export interface TestState {

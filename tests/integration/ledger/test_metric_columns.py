@@ -144,3 +144,52 @@ def test_steps_of_any_shape_read_back(db: Database) -> None:
         "repeated": [(2, 2.0)],
     }
     assert points_of(db, job_id, names=["every10"], after_step=25) == {"every10": [(30, 3.0), (40, 4.0)]}
+
+
+def test_downsampling_keeps_the_shape(db: Database) -> None:
+    """max_points keeps the first and last point and each bucket's extremes, so a one-step spike
+    or dip survives; the usual series (read straight from the columns) and a resumed one (steps
+    reported twice, merged per step) are cut alike."""
+    aid = new_attempt(db)
+    job_id = aid.split(".")[0]
+    values = [1.0] * 1000
+    values[417], values[733] = 50.0, -50.0
+    batch = [columns_record(i + 1, col("loss", list(range(i * 100, i * 100 + 100)), values[i * 100 : i * 100 + 100]))
+             for i in range(10)]  # fmt: skip
+    db.run_sync(lambda s: ingest.apply_records(s, aid, batch, scope_attempt_id=None))
+    got = points_of(db, job_id, max_points=20)["loss"]
+    assert len(got) <= 20
+    assert got[0] == (0, 1.0) and got[-1] == (999, 1.0)
+    assert (417, 50.0) in got and (733, -50.0) in got
+    assert [p[0] for p in got] == sorted({p[0] for p in got})
+    assert points_of(db, job_id, max_points=1)["loss"] == [(999, 1.0)]
+    assert points_of(db, job_id, max_points=0)["loss"] == list(enumerate(values))
+    tail = points_of(db, job_id, after_step=950, max_points=4)["loss"]
+    assert tail[0] == (951, 1.0) and tail[-1] == (999, 1.0) and len(tail) <= 4
+    assert points_of(db, job_id, after_step=990)["loss"] == [(s, 1.0) for s in range(991, 1000)]
+    # a step reported again later (a resume repeating steps): the last report wins, shape kept
+    db.run_sync(
+        lambda s: ingest.apply_records(s, aid, [columns_record(11, col("loss", [500], [99.0]))], scope_attempt_id=None)
+    )
+    got = points_of(db, job_id, max_points=20)["loss"]
+    assert (500, 99.0) in got and (733, -50.0) in got and got[-1] == (999, 1.0) and len(got) <= 20
+
+
+def test_a_step_range_reads_at_full_resolution(db: Database) -> None:
+    """after_step and up_to_step bound a zoomed chart's range, on both read paths."""
+    aid = new_attempt(db)
+    job_id = aid.split(".")[0]
+    batch = [columns_record(i + 1, col("loss", list(range(i * 10, i * 10 + 10)), [float(i * 10 + j) for j in range(10)]))
+             for i in range(10)]  # fmt: skip
+    db.run_sync(lambda s: ingest.apply_records(s, aid, batch, scope_attempt_id=None))
+    assert points_of(db, job_id, after_step=33, up_to_step=57)["loss"] == [(s, float(s)) for s in range(34, 58)]
+    assert points_of(db, job_id, up_to_step=4)["loss"] == [(s, float(s)) for s in range(5)]
+    got = points_of(db, job_id, after_step=9, up_to_step=89, max_points=10)["loss"]
+    assert got[0] == (10, 10.0) and got[-1] == (89, 89.0) and len(got) <= 10
+    assert points_of(db, job_id, after_step=99, up_to_step=200) == {}
+    # merged per step (a step reported twice): the same bounds
+    db.run_sync(
+        lambda s: ingest.apply_records(s, aid, [columns_record(11, col("loss", [40], [-1.0]))], scope_attempt_id=None)
+    )
+    assert points_of(db, job_id, after_step=38, up_to_step=41)["loss"] == [(39, 39.0), (40, -1.0), (41, 41.0)]
+    assert points_of(db, job_id, up_to_step=1)["loss"] == [(0, 0.0), (1, 1.0)]

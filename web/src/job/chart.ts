@@ -1,5 +1,6 @@
 // One metric chart (uPlot): several runs as series over the step axis. Drag to zoom into a step
-// range, double-click to zoom out; live updates keep the zoom while one is set.
+// range, double-click to zoom out; live updates keep the zoom while one is set. The plot is built
+// only once the chart comes near the viewport (a page of many metrics draws what is seen first).
 import uPlot from "uplot";
 import { h } from "../dom";
 
@@ -19,6 +20,13 @@ export class MetricChart {
   private shape = "";
   private zoomed = false;
   private readonly resize: ResizeObserver;
+  private readonly seen: IntersectionObserver;
+  private visible = false;
+  private pending: Run[] | null = null;
+  /** Called after each draw (the plot is built or its data replaced). */
+  onDraw: () => void = () => {};
+  /** Called when a step range is selected (zoom in), with its bounds. */
+  onZoom: (lo: number, hi: number) => void = () => {};
 
   constructor(readonly metric: string) {
     this.canvas = h("div", { class: "chart-canvas" });
@@ -30,6 +38,18 @@ export class MetricChart {
     );
     this.resize = new ResizeObserver(() => this.plot?.setSize({ width: this.width(), height: HEIGHT }));
     this.resize.observe(this.canvas);
+    this.seen = new IntersectionObserver(
+      (entries) => {
+        this.visible = entries.some((e) => e.isIntersecting);
+        if (this.visible && this.pending) {
+          const runs = this.pending;
+          this.pending = null;
+          this.draw(runs);
+        }
+      },
+      { rootMargin: "300px" },
+    );
+    this.seen.observe(this.el);
   }
 
   private width(): number {
@@ -42,10 +62,20 @@ export class MetricChart {
     this.el.dataset.points = String(own?.steps.length ?? 0);
     this.el.dataset.series = String(runs.length);
     this.el.dataset.lastStep = String(own?.steps.at(-1) ?? -1);
+    if (!this.visible) {
+      this.pending = runs; // drawn when it scrolls into view
+      return;
+    }
+    this.draw(runs);
+  }
+
+  private draw(runs: Run[]): void {
+    this.el.dataset.drawn = "1";
     const data = uPlot.join(runs.map((r) => [r.steps, r.values] as uPlot.AlignedData));
     const shape = runs.map((r) => r.label).join("\n");
     if (this.plot && shape === this.shape) {
       this.plot.setData(data, !this.zoomed);
+      this.onDraw();
       return;
     }
     this.plot?.destroy();
@@ -53,6 +83,7 @@ export class MetricChart {
     this.setZoomed(false);
     this.plot = new uPlot(this.options(runs), data, this.canvas);
     this.plot.over.addEventListener("dblclick", () => this.setZoomed(false));
+    this.onDraw();
   }
 
   /** data-zoomed says whether a step range is selected (live updates then keep it). */
@@ -89,7 +120,11 @@ export class MetricChart {
         ],
         setSelect: [
           (u: uPlot) => {
-            if (u.select.width > 0) this.setZoomed(true);
+            if (u.select.width <= 0) return;
+            this.setZoomed(true);
+            const lo = u.posToVal(u.select.left, "x");
+            const hi = u.posToVal(u.select.left + u.select.width, "x");
+            if (Number.isFinite(lo) && Number.isFinite(hi)) this.onZoom(lo, hi);
           },
         ],
       },
@@ -98,6 +133,7 @@ export class MetricChart {
 
   destroy(): void {
     this.resize.disconnect();
+    this.seen.disconnect();
     this.plot?.destroy();
   }
 }

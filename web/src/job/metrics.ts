@@ -40,8 +40,24 @@ export function metricsPanel(model: JobModel, s: Session, signal: AbortSignal): 
     if (names.size && !charts.size) replace(grid);
     for (const name of [...names].sort()) {
       let chart = charts.get(name);
+      const fresh = !chart;
       if (!chart) {
         chart = new MetricChart(name);
+        const drawnOne = chart;
+        chart.onDraw = () => {
+          const st = testState.charts[drawnOne.metric];
+          if (st) st.drawn = true;
+        };
+        chart.onZoom = (lo, hi) => {
+          own
+            .refine(drawnOne.metric, lo, hi, signal)
+            .then((changed) => {
+              if (changed) draw();
+            })
+            .catch((err: unknown) => {
+              if (!isAbort(err, signal)) replace(status, h("span", { class: "error" }, errorLine(err)));
+            });
+        };
         charts.set(name, chart);
         grid.appendChild(chart.el);
       }
@@ -50,14 +66,15 @@ export function metricsPanel(model: JobModel, s: Session, signal: AbortSignal): 
         const series = o.metrics.series.get(name);
         if (series) runs.push({ label: id, ...series });
       }
-      chart.update(runs);
       const mine = own.series.get(name);
       testState.charts[name] = {
+        drawn: fresh ? false : (testState.charts[name]?.drawn ?? false),
         points: mine?.steps.length ?? 0,
         lastStep: mine?.steps.at(-1) ?? -1,
         lastValue: mine?.values.at(-1) ?? null,
         series: runs.length,
       };
+      chart.update(runs);
     }
   };
 

@@ -170,16 +170,18 @@ class WatchJobResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[_job_pb2.JobEvent, _Mapping]] = ..., job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class GetJobMetricsRequest(_message.Message):
-    __slots__ = ("job_id", "names", "max_points", "after_step")
+    __slots__ = ("job_id", "names", "max_points", "after_step", "up_to_step")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAMES_FIELD_NUMBER: _ClassVar[int]
     MAX_POINTS_FIELD_NUMBER: _ClassVar[int]
     AFTER_STEP_FIELD_NUMBER: _ClassVar[int]
+    UP_TO_STEP_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     names: _containers.RepeatedScalarFieldContainer[str]
     max_points: int
     after_step: int
-    def __init__(self, job_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., max_points: _Optional[int] = ..., after_step: _Optional[int] = ...) -> None: ...
+    up_to_step: int
+    def __init__(self, job_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., max_points: _Optional[int] = ..., after_step: _Optional[int] = ..., up_to_step: _Optional[int] = ...) -> None: ...
 
 class GetJobMetricsResponse(_message.Message):
     __slots__ = ("series",)

@@ -803,12 +803,20 @@ class GetJobMetricsRequest(betterproto2.Message):
 
     max_points: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
     """
-    Downsample each series to at most this many points (keeping first and last); 0 for all.
+    Downsample each series to at most this many points, keeping its shape: the first and the last
+    point, and between them, in (max_points - 2) / 2 buckets of equal count, each bucket's lowest
+    and highest value (1 keeps only the last point). 0 or less for all. Never an error.
     """
 
     after_step: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
     """
     Only points with step greater than this (for incremental refresh); -1 or 0 for all.
+    """
+
+    up_to_step: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Only points with step at most this (a zoomed chart fetching its step range at full
+    resolution, with after_step as the lower bound); 0 or less for no bound. Never an error.
     """
 
 
