@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import QUICK, Result, fresh_dir, log, ratio_lower_better, summary
+from bench.common import PEER_NOT_RUN, QUICK, Result, fresh_dir, log, ratio_lower_better, skip_peer, summary
 from bench.console import SF, Client, Console, running_console
 from bench.trivial import TRAIN_SH
 
@@ -125,8 +125,8 @@ def measure_squeue() -> dict[str, Any]:
 
 
 def _peers() -> tuple[dict[str, Any] | None, dict[str, Any] | None, str]:
-    if QUICK:
-        return None, None, "peers not run in QUICK mode"
+    if skip_peer("cli"):
+        return None, None, PEER_NOT_RUN
     from bench.peers_cache import ray_results
 
     notes = []
@@ -156,14 +156,19 @@ def run() -> list[Result]:
     squeue_p50 = squeue["squeue"]["p50"] if squeue else None
     details = {"ours": ours, "squeue": squeue, "ray": ray, "note": note, "pid": os.getpid()}
     ray_note = f"; `ray job list`: {ray_list * 1000:.0f} ms" if ray_list else ""
+    peers_run = note != PEER_NOT_RUN
     return [
         Result(
             name="cli-ls",
             metric="`sf job ls` wall time, warm console, 20 jobs, p50",
             figure=ls,
             unit="s",
-            peer=(f"`squeue` (Slurm {squeue['slurm_version']}), 20 held jobs, p50" if squeue else "`ray job list`, p50")
-            + (ray_note if squeue else ""),
+            peer=(
+                (f"`squeue` (Slurm {squeue['slurm_version']}), 20 held jobs, p50" if squeue else "`ray job list`, p50")
+                + (ray_note if squeue else "")
+                if peers_run
+                else PEER_NOT_RUN
+            ),
             peer_figure=squeue_p50 if squeue else ray_list,
             ratio=ratio_lower_better(ls, squeue_p50 if squeue else ray_list),
             ratio_note=("squeue" if squeue else "Ray") + " / ours",
@@ -177,7 +182,7 @@ def run() -> list[Result]:
             metric="`sf job status <id>` wall time, warm console, p50",
             figure=status,
             unit="s",
-            peer="`ray job status <id>`, Ray head of the same run, p50",
+            peer="`ray job status <id>`, Ray head of the same run, p50" if peers_run else PEER_NOT_RUN,
             peer_figure=ray_status,
             ratio=ratio_lower_better(status, ray_status),
             ratio_note="Ray / ours",
