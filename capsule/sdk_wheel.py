@@ -61,15 +61,21 @@ def build(out: pathlib.Path) -> pathlib.Path:
     version = sdk_version(source)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{DIST}-{version}-py3-none-any.whl"
+    write_wheel(path, wheel_files(source, version))
+    return path
+
+
+def write_wheel(path: pathlib.Path, files: list[tuple[str, bytes]]) -> None:
+    """Write `files` (name, bytes) as the zip at `path`, reproducibly: fixed timestamps and modes,
+    in the order given; replaced whole, never left half-written."""
     tmp = path.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in wheel_files(source, version):
+        for name, data in files:
             entry = zipfile.ZipInfo(name, EPOCH)
             entry.external_attr = 0o644 << 16
             entry.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(entry, data)
     tmp.replace(path)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,8 @@ import argparse
 import pathlib
 import sys
 import tomllib
-import zipfile
 
-from capsule.sdk_wheel import EPOCH, _record_line
+from capsule.sdk_wheel import _record_line, write_wheel
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SOURCE = REPO / "gen" / "python" / "starforge_api"
@@ -69,14 +68,7 @@ def build(out: pathlib.Path, source: pathlib.Path = SOURCE) -> pathlib.Path:
     v = version()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{DIST}-{v}-py3-none-any.whl"
-    tmp = path.with_suffix(".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in wheel_files(source, v):
-            entry = zipfile.ZipInfo(name, EPOCH)
-            entry.external_attr = 0o644 << 16
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(entry, data)
-    tmp.replace(path)
+    write_wheel(path, wheel_files(source, v))
     return path
 
 

@@ -62,7 +62,7 @@ class DistError(Exception):
 
 
 def version() -> str:
-    return str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
+    return api_wheel.version()  # pyproject.toml's, the one the three wheels share
 
 
 def source_files() -> list[pathlib.Path]:
