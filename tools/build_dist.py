@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DistError, BuildError) as exc:
         print(f"make dist: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # an output directory that cannot be made or written
+        print(f"make dist: error: {exc.filename or args.out}: {exc.strerror}", file=sys.stderr)
+        return 1
     for wheel in wheels:
         print(f"{wheel} ({wheel.stat().st_size / 1e6:.1f} MB)")
     return 0
