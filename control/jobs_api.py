@@ -29,6 +29,8 @@ from control.telemetry import logs, metrics
 
 FOLLOW_POLL_SECONDS = 1.0
 MAX_PAGE = 1000
+EARLIER_PAGE = 500  # lines before a cursor when the request does not say how many
+MAX_EARLIER_PAGE = 10_000  # one response: a reader scrolling back pages, it does not take all at once
 
 
 @dataclass(frozen=True)
@@ -363,6 +365,22 @@ class JobsApi:
                 yield [], state
                 return
             await self.ctx.notifier.wait(key, FOLLOW_POLL_SECONDS)
+
+    async def earlier_logs(
+        self, principal: Principal, job_id: str, before: logs.Cursor, count: int, attempt_number: int
+    ) -> list[telemetry_pb2.LogLine]:
+        """The last `count` lines before the line `before` (0 takes EARLIER_PAGE), in order: a page
+        further back than a tail, for a reader scrolling up. Never follows."""
+        if count < 0 or count > MAX_EARLIER_PAGE:
+            raise errors.InvalidArgument(
+                f"tail_lines must be 0 to {MAX_EARLIER_PAGE} with a before cursor (got {count})",
+                field_violations=(errors.FieldViolation("tail_lines", f"must be 0 to {MAX_EARLIER_PAGE}"),),
+            )
+        job = await self.ctx.db.run(lambda s: visible_job(s, principal, job_id), background=True)
+        jid, n = job.id, count or EARLIER_PAGE
+        return await self.ctx.db.run(
+            lambda s: [logs.to_proto(r) for r in logs.before(s, jid, before, n, attempt_number)], background=True
+        )
 
     async def watch(
         self, principal: Principal, job_id: str, after_sequence: int = 0

@@ -8,6 +8,7 @@ from typing import Any
 from google.protobuf import timestamp_pb2
 from starforge_api.control.v1 import control_service_pb2 as pb
 from starforge_api.control.v1 import control_service_pb2_grpc as pb_grpc
+from starforge_api.job.v1 import telemetry_pb2
 
 from common import __version__, errors
 from control import auth
@@ -67,6 +68,9 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
     async def StreamJobLogs(
         self, request: pb.StreamJobLogsRequest, context: Any
     ) -> AsyncIterator[pb.StreamJobLogsResponse]:
+        if request.before_attempt_number > 0:
+            yield pb.StreamJobLogsResponse(lines=await self._earlier_logs(request))
+            return
         async for lines, final in self.api.stream_logs(
             auth.current(),
             _require(request.job_id, "job_id"),
@@ -76,6 +80,23 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
             (request.after_attempt_number, request.after_offset) if request.after_attempt_number > 0 else None,
         ):
             yield pb.StreamJobLogsResponse(lines=lines, final_state=final)  # type: ignore[arg-type]
+
+    async def _earlier_logs(self, request: pb.StreamJobLogsRequest) -> list[telemetry_pb2.LogLine]:
+        """StreamJobLogs with a before cursor: one page of older lines, never followed."""
+        clash = [f for f in ("follow", "after_attempt_number") if getattr(request, f)]
+        if clash:
+            why = "not allowed with before_attempt_number"
+            raise errors.InvalidArgument(
+                "a before cursor reads one page of older lines: it cannot be combined with " + " or ".join(clash),
+                field_violations=tuple(errors.FieldViolation(f, why) for f in clash),
+            )
+        return await self.api.earlier_logs(
+            auth.current(),
+            _require(request.job_id, "job_id"),
+            (request.before_attempt_number, request.before_offset),
+            request.tail_lines,
+            request.attempt_number,
+        )
 
     async def WatchJob(self, request: pb.WatchJobRequest, context: Any) -> AsyncIterator[pb.WatchJobResponse]:
         async for event, job in self.api.watch(

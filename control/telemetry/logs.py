@@ -44,23 +44,36 @@ def tail(s: Session, job_id: str, n: int, attempt_number: int = 0) -> list[m.Log
     return list(reversed(rows))
 
 
+def _beyond(s: Session, cursor: Cursor, later: bool) -> object:
+    """The lines after (`later`) or before `cursor` in (attempt_number, offset) order."""
+    a, o = cursor
+    if s.bind is not None and s.bind.dialect.name == "postgresql":
+        key, at = tuple_(m.LogLine.attempt_number, m.LogLine.offset), tuple_(a, o)
+        return key > at if later else key < at
+    if later:
+        return or_(m.LogLine.attempt_number > a, and_(m.LogLine.attempt_number == a, m.LogLine.offset > o))
+    return or_(m.LogLine.attempt_number < a, and_(m.LogLine.attempt_number == a, m.LogLine.offset < o))
+
+
 def after(
     s: Session, job_id: str, cursor: Cursor | None, limit: int = 2000, attempt_number: int = 0
 ) -> list[m.LogLine]:
     """Lines after `cursor` (from the start when None), in order, at most `limit`."""
     stmt = select(m.LogLine).where(*_where(job_id, attempt_number))  # type: ignore[arg-type]
     if cursor is not None:
-        a, o = cursor
-        if s.bind is not None and s.bind.dialect.name == "postgresql":
-            stmt = stmt.where(tuple_(m.LogLine.attempt_number, m.LogLine.offset) > tuple_(a, o))
-        else:
-            stmt = stmt.where(
-                or_(
-                    m.LogLine.attempt_number > a,
-                    and_(m.LogLine.attempt_number == a, m.LogLine.offset > o),
-                )
-            )
+        stmt = stmt.where(_beyond(s, cursor, later=True))  # type: ignore[arg-type]
     return list(s.scalars(stmt.order_by(m.LogLine.attempt_number, m.LogLine.offset).limit(limit)))
+
+
+def before(s: Session, job_id: str, cursor: Cursor, n: int, attempt_number: int = 0) -> list[m.LogLine]:
+    """The last `n` lines before `cursor`, in order (a page further back than a tail)."""
+    rows = s.scalars(
+        select(m.LogLine)
+        .where(*_where(job_id, attempt_number), _beyond(s, cursor, later=False))  # type: ignore[arg-type]
+        .order_by(m.LogLine.attempt_number.desc(), m.LogLine.offset.desc())
+        .limit(n)
+    ).all()
+    return list(reversed(rows))
 
 
 def last_text(s: Session, job_id: str, attempt_number: int, n: int = 200) -> list[str]:

@@ -290,3 +290,49 @@ async def test_many_points_are_downsampled_drawn_in_view_and_refined_on_zoom(
         await expect(first).to_have_attribute("data-zoomed", "1")
         await page.wait_for_function("() => window.__starforge.charts.m0.points > 1000", timeout=WAIT)
         await shots(page, "many-points-zoomed")
+
+
+async def test_log_view_loads_earlier_lines_back_to_the_first(page: Page, shots: Shots, tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path, ui_listen=f"127.0.0.1:{free_port()}") as c:
+        lab = await c.lab("exp", '#!/usr/bin/env bash\nfor i in $(seq 1 1200); do echo "line $i"; done\n')
+        job_id = await submit(c, lab)
+        await c.wait(job_id, st.JOB_STATE_SUCCEEDED, timeout=120)
+
+        # the API: a page of the lines before a cursor, in order (the runner's own lines are there too)
+        every = [
+            line
+            async for r in c.jobs.StreamJobLogs(ctl.StreamJobLogsRequest(job_id=job_id), metadata=c.md)
+            for line in r.lines
+        ]
+        full = [x.text for x in every]
+        at = full.index("line 700")
+        page_back = [
+            line
+            async for r in c.jobs.StreamJobLogs(
+                ctl.StreamJobLogsRequest(
+                    job_id=job_id, before_attempt_number=1, before_offset=every[at].offset, tail_lines=3
+                ),
+                metadata=c.md,
+            )
+            for line in r.lines
+        ]
+        assert [x.text for x in page_back] == ["line 697", "line 698", "line 699"]
+
+        await sign_in(page, c)
+        await expect(page.locator("#current-user")).to_have_text("admin", timeout=WAIT)
+        await page.goto(f"{c.app.ui_url}#/jobs/{job_id}")
+        log = page.locator("#job-log")
+        await expect(log).to_have_attribute("data-lines", "500")
+        await expect(log.locator(".log-line").first).to_have_text(full[-500])
+        earlier = page.locator("#log-earlier")
+        await expect(earlier).to_be_visible()
+        await earlier.click()
+        await expect(log).to_have_attribute("data-lines", "1000")
+        await expect(log.locator(".log-line").first).to_have_text(full[-1000])
+        assert 1000 < len(full) <= 1500, len(full)  # 1,200 lines and the runner's few
+        await earlier.click()
+        await expect(log).to_have_attribute("data-lines", str(len(full)))
+        await expect(earlier).to_be_hidden()  # the history starts here
+        await expect(log.locator(".log-attempt")).to_have_count(1)  # one header, on top, not one per page
+        assert await log.locator(".log-line").all_text_contents() == full
+        await shots(page, "logs-loaded-back")

@@ -305,6 +305,16 @@ def rows() -> Iterator[Row]:
             finished.__name__ = "job_succeeded"
             table.append(Row(CONTROL + name, "FAILED_PRECONDITION", finished, "ILLEGAL_TRANSITION"))
 
+    @row(CONTROL + "StreamJobLogs", "INVALID_ARGUMENT")
+    async def earlier_lines_followed(w: World) -> None:
+        req = ctl.StreamJobLogsRequest(job_id=w.done_job, follow=True, before_attempt_number=1, before_offset=5)
+        await w.call(CONTROL + "StreamJobLogs", req)
+
+    @row(CONTROL + "StreamJobLogs", "INVALID_ARGUMENT")
+    async def earlier_page_too_long(w: World) -> None:
+        req = ctl.StreamJobLogsRequest(job_id=w.done_job, tail_lines=10_001, before_attempt_number=1)
+        await w.call(CONTROL + "StreamJobLogs", req)
+
     # ControlService: artifacts (done_job left out/result.txt and out/link, a link to /etc/passwd)
     @row(CONTROL + "ListJobArtifacts", "INVALID_ARGUMENT")
     async def artifacts_page_token_climbs_out(w: World) -> None:

@@ -86,6 +86,25 @@ def test_ingest_is_idempotent_by_sequence(db: Database) -> None:
     assert [(p.step, p.value) for p in series[0].points] == [(1, 0.9)]
 
 
+def test_lines_before_a_cursor_page_back_across_attempts(db: Database) -> None:
+    def setup(s: Session) -> str:
+        j = f.job(s)
+        logs.append(s, j.id, 1, 0, [(1, 0.0, f"a1-{i}") for i in range(10)])
+        logs.append(s, j.id, 2, 0, [(1, 0.0, f"a2-{i}") for i in range(5)])
+        return j.id
+
+    jid = db.run_sync(setup)
+
+    def before(cursor: tuple[int, int], n: int, attempt: int = 0) -> list[str]:
+        return db.run_sync(lambda s: [r.text for r in logs.before(s, jid, cursor, n, attempt)])
+
+    assert before((2, 2), 4) == ["a1-8", "a1-9", "a2-0", "a2-1"]  # the page crosses into attempt 1
+    assert before((1, 3), 10) == ["a1-0", "a1-1", "a1-2"]  # short: the history starts there
+    assert before((1, 0), 10) == []
+    assert before((2, 2), 4, attempt=2) == ["a2-0", "a2-1"]  # one attempt only
+    assert before((3, 0), 2) == ["a2-3", "a2-4"]  # a cursor past the end: the tail
+
+
 def test_ingest_refuses_gaps(db: Database) -> None:
     aid = db.run_sync(lambda s: f.attempt(s, f.job(s), to=sm.PENDING).id)
     with pytest.raises(errors.InvalidArgument, match="expected seq 1, got 2"):

@@ -130,20 +130,24 @@ class RetryJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class StreamJobLogsRequest(_message.Message):
-    __slots__ = ("job_id", "tail_lines", "follow", "attempt_number", "after_attempt_number", "after_offset")
+    __slots__ = ("job_id", "tail_lines", "follow", "attempt_number", "after_attempt_number", "after_offset", "before_attempt_number", "before_offset")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
     AFTER_ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
     AFTER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tail_lines: int
     follow: bool
     attempt_number: int
     after_attempt_number: int
     after_offset: int
-    def __init__(self, job_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., attempt_number: _Optional[int] = ..., after_attempt_number: _Optional[int] = ..., after_offset: _Optional[int] = ...) -> None: ...
+    before_attempt_number: int
+    before_offset: int
+    def __init__(self, job_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., attempt_number: _Optional[int] = ..., after_attempt_number: _Optional[int] = ..., after_offset: _Optional[int] = ..., before_attempt_number: _Optional[int] = ..., before_offset: _Optional[int] = ...) -> None: ...
 
 class StreamJobLogsResponse(_message.Message):
     __slots__ = ("lines", "final_state")

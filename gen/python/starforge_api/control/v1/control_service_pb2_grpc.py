@@ -193,7 +193,10 @@ class ControlServiceServicer:
 
     def StreamJobLogs(self, request, context):
         """StreamJobLogs streams a job's log lines; with follow it keeps streaming until the job ends.
-        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
+        With a before cursor it sends one message: the page of lines before that line (a reader
+        scrolling back).
+        Errors: INVALID_ARGUMENT (empty job_id, negative tail_lines, a before cursor with follow or an
+        after cursor, or with tail_lines over 10,000), NOT_FOUND, UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

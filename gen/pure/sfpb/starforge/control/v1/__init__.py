@@ -1701,6 +1701,19 @@ class StreamJobLogsRequest(betterproto2.Message):
     Offset of that line within its attempt (used when after_attempt_number > 0).
     """
 
+    before_attempt_number: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+    """
+    Read back from the line (before_attempt_number, before_offset), e.g. the first line a view
+    shows: the response is one message with the last tail_lines lines before it (0 takes 500; at
+    most 10,000), in order, and the stream ends; fewer than asked means the history starts there.
+    Not with follow or an after cursor (INVALID_ARGUMENT). 0 means no before cursor.
+    """
+
+    before_offset: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    Offset of that line within its attempt (used when before_attempt_number > 0).
+    """
+
 
 default_message_pool.register_message("starforge.control.v1", "StreamJobLogsRequest", StreamJobLogsRequest)
 
@@ -2463,7 +2476,10 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[StreamJobLogsResponse]":
         """
         StreamJobLogs streams a job's log lines; with follow it keeps streaming until the job ends.
-        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
+        With a before cursor it sends one message: the page of lines before that line (a reader
+        scrolling back).
+        Errors: INVALID_ARGUMENT (empty job_id, negative tail_lines, a before cursor with follow or an
+        after cursor, or with tail_lines over 10,000), NOT_FOUND, UNAUTHENTICATED.
         """
 
         async for response in self._unary_stream(
