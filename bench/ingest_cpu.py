@@ -13,6 +13,7 @@ CPU per batch and the batches measured.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
@@ -27,12 +28,17 @@ from bench.ingest import POINTS_PER_RECORD, RECORDS_PER_BATCH, _batch, make_runs
 RUNS = 16
 
 
+def _store(s: Any, attempt_id: str, records: list[pb.Record]) -> Any:
+    from control.telemetry import ingest
+
+    return ingest.apply_records(s, attempt_id, records, scope_attempt_id=attempt_id)
+
+
 def measure(batches: int) -> dict[str, Any]:
     """CPU of the thread that stores `batches` batches (after 2 per run of warm-up)."""
     import pathlib
 
     from control.db.engine import Database
-    from control.telemetry import ingest
 
     with tempfile.TemporaryDirectory(prefix="sf-ingest-cpu-") as tmp:
         state = pathlib.Path(tmp)
@@ -49,9 +55,7 @@ def measure(batches: int) -> dict[str, Any]:
                 records = list(pb.ReportRequest.FromString(wire).records)
                 seqs[attempt_id] += RECORDS_PER_BATCH
                 c0 = time.thread_time()
-                applied = db.run_sync(
-                    lambda s, a=attempt_id, r=records: ingest.apply_records(s, a, r, scope_attempt_id=a)
-                )
+                applied = db.run_sync(functools.partial(_store, attempt_id=attempt_id, records=records))
                 cpu = time.thread_time() - c0
                 assert applied.acked_seq == seqs[attempt_id], (applied.acked_seq, seqs[attempt_id])
                 if i >= 2 * RUNS:
