@@ -41,7 +41,11 @@ def length_delimited(data: bytes, fields: frozenset[int]) -> dict[int, bytes] | 
     i, n = 0, len(data)
     try:
         while i < n:
-            key, i = _varint(data, i)
+            key = data[i]  # a tag of field 1..15 is one byte
+            if key < 0x80:
+                i += 1
+            else:
+                key, i = _varint(data, i)
             field, wire = key >> 3, key & 7
             if wire == 2:
                 size, i = _varint(data, i)
