@@ -75,3 +75,15 @@ def test_a_field_sent_twice_or_cut_short_is_refused() -> None:
     assert packed.length_delimited(twice, frozenset({3})) is None
     cut = pb.MetricColumns(values=[1.0, 2.0]).SerializeToString()[:-1]
     assert packed.length_delimited(cut, frozenset({3})) is None
+
+
+@given(hs.lists(hs.lists(hs.integers(min_value=-50, max_value=50), min_size=1, max_size=6), min_size=1, max_size=5))
+def test_a_chunks_steps_read_back_as_reported(parts: list[list[int]]) -> None:
+    """Steps added in parts (one per entry) come back in order, with or without a stored array."""
+    from control.telemetry import metrics
+
+    cols = [(steps, pack([0.0] * len(steps)), pack([1.0] * len(steps))) for steps in parts]
+    first, last, data = metrics._chunk_steps(cols)
+    flat = [step for steps in parts for step in steps]
+    assert list(metrics._steps_of(data, first, last, len(flat))) == flat
+    assert (first, last) == (min(flat), max(flat))
