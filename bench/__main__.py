@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from bench.common import NO_PEER, QUICK, WORK, Result, log, machine
+from bench.common import NO_PEER, QUICK, WORK, Result, log, machine, pinning
 
 MODULES = {
     "submit": "bench.submit",
@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             if not r.peer and r.ratio is None and not r.ratio_note:
                 r.ratio_note = NO_PEER
             r.details["load_after"] = machine()["load"]
+            r.details.update(pinning())
             r.details["seconds"] = round(time.monotonic() - t0, 1)
         results.extend(rows)
     after = machine()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pathlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,7 +22,21 @@ from typing import Any
 
 import psycopg
 
-from bench.common import PEER_NOT_RUN, QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, skip_peer, summary
+from bench.common import (
+    LOADGEN_CPUS,
+    PEER_NOT_RUN,
+    QUICK,
+    Result,
+    cpu_seconds,
+    fresh_dir,
+    loadavg,
+    log,
+    pinned,
+    pinning,
+    ratio_higher_better,
+    skip_peer,
+    summary,
+)
 from bench.console import Client, Console, running_console
 from bench.trivial import TRAIN_SH
 from common.channel import aio_channel
@@ -32,12 +45,6 @@ CLIENTS = 32
 WARMUP_S = 0.5 if QUICK else 2.0
 MEASURE_S = 2.0 if QUICK else 10.0
 PG_ADMIN = os.environ.get("STARFORGE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (all its threads), from /proc/<pid>/stat."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _storm(call: Callable[[int], Awaitable[Any]], server_pid: int = 0) -> dict[str, float]:
@@ -55,9 +62,9 @@ async def _storm(call: Callable[[int], Awaitable[Any]], server_pid: int = 0) -> 
 
     async def sample_cpu() -> None:
         await asyncio.sleep(max(0.0, begin - time.monotonic()))
-        cpu["server0"], cpu["client0"] = _cpu_s(server_pid), time.process_time()
+        cpu["server0"], cpu["client0"] = cpu_seconds(server_pid), time.process_time()
         await asyncio.sleep(max(0.0, end - time.monotonic()))
-        cpu["server1"], cpu["client1"] = _cpu_s(server_pid), time.process_time()
+        cpu["server1"], cpu["client1"] = cpu_seconds(server_pid), time.process_time()
 
     async def loop(i: int) -> None:
         nonlocal done, errors
@@ -104,13 +111,15 @@ async def _ours(console: Console) -> dict[str, float]:
         await setup.close()
 
 
-def measure_ours(database_url: str = "") -> dict[str, float]:
+def measure_ours(database_url: str = "") -> dict[str, Any]:
     work = fresh_dir("admission-" + ("pg" if database_url else "sqlite"))
     with running_console(work / "console", database_url=database_url) as console:
         load = loadavg()
-        out = asyncio.run(_ours(console))
+        with pinned(LOADGEN_CPUS):  # the load generator is this process
+            out: dict[str, Any] = dict(asyncio.run(_ours(console)))
         out.update(console.memory())
     out["load_before"] = load[0]
+    out.update(pinning())
     return out
 
 
@@ -192,3 +201,13 @@ def run() -> list[Result]:
             )
         )
     return rows
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    # `python -m bench.admission ours [DATABASE_URL]`: our side alone (no peer, no floor), as JSON
+    if sys.argv[1:2] != ["ours"]:
+        raise SystemExit("usage: python -m bench.admission ours [DATABASE_URL]")
+    print(json.dumps(measure_ours(sys.argv[2] if len(sys.argv) > 2 else "")))

@@ -45,6 +45,66 @@ def skip_peer(row: str) -> bool:
     return False
 
 
+def cpu_list(var: str) -> list[int] | None:
+    """The CPUs named by environment variable `var` ("0", "0,1", "0-3,6"), or None when it is unset.
+    Raises ValueError unless they are all among the CPUs this process may run on."""
+    text = os.environ.get(var, "").strip()
+    if not text:
+        return None
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise ValueError(f"{var}={text}: CPUs {sorted(cpus)} are not all among this machine's {sorted(allowed)}")
+    return sorted(cpus)
+
+
+# Where the rows run (see docs/benchmarks.md, "Pinning to N cores"): the console a row starts (`sf
+# up`: control plane and executor; a floor's bare server) on these CPUs only, and separately the load
+# generators. Unset: wherever the kernel puts them.
+CONSOLE_CPUS = cpu_list("STARFORGE_BENCH_CONSOLE_CPUS")
+LOADGEN_CPUS = cpu_list("STARFORGE_BENCH_LOADGEN_CPUS")
+
+
+def pinning() -> dict[str, list[int] | None]:
+    """The CPU pinning of this run, as recorded in results.json and each row's details."""
+    return {"console_cpus": CONSOLE_CPUS, "loadgen_cpus": LOADGEN_CPUS}
+
+
+def pinned_command(cmd: Sequence[str], cpus: list[int] | None) -> list[str]:
+    """`cmd` run on `cpus` only (through taskset, which sets the affinity and execs it: the PID is
+    the command's own, and every thread and child it starts inherits the affinity)."""
+    if not cpus:
+        return list(cmd)
+    return ["taskset", "--cpu-list", ",".join(map(str, cpus)), *cmd]
+
+
+def pin_this_process(cpus: list[int] | None) -> None:
+    """Every thread of this process (and so what it starts from now on) on `cpus` only."""
+    if not cpus:
+        return
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            os.sched_setaffinity(int(tid), cpus)
+
+
+@contextlib.contextmanager
+def pinned(cpus: list[int] | None) -> Iterator[None]:
+    """This process on `cpus` for the block (a load generator running in the bench's own process),
+    then back on the CPUs it had."""
+    if not cpus:
+        yield
+        return
+    before = sorted(os.sched_getaffinity(0))
+    pin_this_process(cpus)
+    try:
+        yield
+    finally:
+        pin_this_process(before)
+
+
 @dataclass
 class Result:
     """One row of the table."""
@@ -125,7 +185,14 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "disk": " ".join(disk.split()),
         "load": loadavg(),
+        **pinning(),
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (all its threads), from /proc/<pid>/stat."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> dict[str, float]:

@@ -32,7 +32,7 @@ from starforge_api.control.v1 import fleet_service_pb2 as fleet
 from starforge_api.control.v1 import fleet_service_pb2_grpc as fleet_grpc
 from starforge_api.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
-from bench.common import REPO, log, rss_mib, stop_pid
+from bench.common import CONSOLE_CPUS, REPO, log, pinned_command, rss_mib, stop_pid
 from common.channel import aio_channel, bearer
 
 SF = pathlib.Path(sys.executable).parent / "sf"
@@ -106,6 +106,7 @@ def start_console(
         "--ready-file",
         str(ready),
     ]
+    cmd = pinned_command(cmd, CONSOLE_CPUS)  # STARFORGE_BENCH_CONSOLE_CPUS, the executor included
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     deadline = time.monotonic() + 120
     while True:
@@ -118,7 +119,8 @@ def start_console(
             raise RuntimeError(f"the console did not start:\n{tail}")
         time.sleep(0.05)
     token = pathlib.Path(info["token_file"]).read_text().strip()
-    log(f"console pid {proc.pid} at {info['address']} ({database_url or 'sqlite'})")
+    where = f", CPUs {CONSOLE_CPUS}" if CONSOLE_CPUS else ""
+    log(f"console pid {proc.pid} at {info['address']} ({database_url or 'sqlite'}{where})")
     return Console(proc, state_dir, info["address"], token, info["user"], info.get("ui") or "")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import REPO, fresh_dir, log, stop_pid
+from bench.common import CONSOLE_CPUS, LOADGEN_CPUS, REPO, fresh_dir, log, pinned, pinned_command, stop_pid
 from common.channel import aio_channel
 
 METHOD = "/bench.Floor/Noop"
@@ -46,9 +46,8 @@ def measure() -> dict[str, float]:
     from bench.admission import CLIENTS, _storm
 
     ready = fresh_dir("grpc-floor") / "port"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.grpc_floor", "--serve", str(ready)], cwd=REPO, start_new_session=True
-    )
+    serve = [sys.executable, "-m", "bench.grpc_floor", "--serve", str(ready)]
+    proc = subprocess.Popen(pinned_command(serve, CONSOLE_CPUS), cwd=REPO, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while not ready.exists() or not ready.read_text():
@@ -66,7 +65,8 @@ def measure() -> dict[str, float]:
                 for ch in channels:
                     await ch.close(None)
 
-        return asyncio.run(go())
+        with pinned(LOADGEN_CPUS):
+            return asyncio.run(go())
     finally:
         stop_pid(proc)
 

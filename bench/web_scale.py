@@ -35,7 +35,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from array import array
 from typing import Any
 
 from bench.common import (
@@ -147,13 +146,13 @@ def make_job(state_dir: pathlib.Path, owner: str) -> str:
                     [(k + 1) / (1 + step * 0.001) for step in steps],
                     [t0 + step * 0.05 for step in steps],
                 )
-                ((name, (st, vals, times)),) = cols.by_name.items()
+                ((name, [(st, vals, times)]),) = cols.by_name.items()  # one part: packed values, times
                 conn.execute(
                     "INSERT INTO metric_chunks (job_id, attempt_number, name, first_step, last_step, points,"
                     " step_data, value_data, time_data) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         job_id, name, st[0], st[-1], len(st), metrics._step_data(st, st[0], st[-1]),
-                        metrics._pack(array("d", vals)), metrics._pack(array("d", times)),
+                        vals, times,
                     ),
                 )  # fmt: skip
         conn.commit()

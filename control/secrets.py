@@ -424,14 +424,18 @@ class MaskCache:
         self._cache: OrderedDict[str, Masker] = OrderedDict()
 
     def for_attempt(self, s: Session, attempt: m.Attempt) -> Callable[[str], str]:
-        masker = self._cache.get(attempt.id)
+        return self.for_ids(s, attempt.id, attempt.job_id)
+
+    def for_ids(self, s: Session, attempt_id: str, job_id: str) -> Callable[[str], str]:
+        """The masker of attempt `attempt_id` of job `job_id` (built at its first use, then cached)."""
+        masker = self._cache.get(attempt_id)
         if masker is None:
-            masker = Masker(self._values(s, attempt.job_id))
-            self._cache[attempt.id] = masker
+            masker = Masker(self._values(s, job_id))
+            self._cache[attempt_id] = masker
             while len(self._cache) > self.size:
                 self._cache.popitem(last=False)
         else:
-            self._cache.move_to_end(attempt.id)
+            self._cache.move_to_end(attempt_id)
         return masker
 
     def _values(self, s: Session, job_id: str) -> list[str]:

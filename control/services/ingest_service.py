@@ -93,7 +93,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                     records=seg,
                     # a run token without an attempt (none is issued so) matches no attempt
                     scope_attempt_id=scope_attempt_id,
-                    masks=self.ctx.masks.for_attempt,
+                    masks=self.ctx.masks.for_ids,
                     limits=self.limits,
                     evidence=evidence,
                 )

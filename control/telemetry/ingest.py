@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from google.protobuf import timestamp_pb2
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 from starforge_api.control.v1 import error_reason_pb2
 from starforge_api.ingest.v1 import ingest_service_pb2 as pb
@@ -30,7 +31,7 @@ from control import metrics as prom
 from control.db import models as m
 from control.ledger import jobs, outcomes
 from control.ledger import state_machine as sm
-from control.telemetry import bounds, logs, metrics
+from control.telemetry import bounds, logs, metrics, packed
 from control.telemetry.bounds import IngestLimits
 
 DEFAULT_LIMITS = IngestLimits()
@@ -155,6 +156,55 @@ def _bounded_metric_rows(
     return rows, nans, notes
 
 
+_COLUMN_DOUBLES = frozenset({3, 4})  # MetricColumns.values and .times
+_Packed = tuple[str, list[int], bytes, bytes]  # name, steps, values, times (packed little-endian)
+
+
+def _packed_entry(entry: pb.MetricColumns, budget: int, at: float) -> _Packed | None:
+    """The usual entry (a name within bounds, as many values as steps, as many times or none, no
+    more points than `budget`) as stored: values and times packed little-endian, taken from its
+    serialisation (the record's time for every point when it has no times). None for any other
+    entry. Its values and times are not checked here (`_all_numbers`)."""
+    name = entry.name
+    steps = entry.steps[:]
+    n = len(steps)
+    if not n or n > budget or len(name) > bounds.MAX_METRIC_NAME_CHARS or len(entry.values) != n:
+        return None
+    if len(entry.times) not in (0, n):
+        return None
+    fields = packed.length_delimited(entry.SerializeToString(), _COLUMN_DOUBLES)
+    if fields is None:
+        return None
+    values = fields.get(3, b"")
+    times = fields.get(4, b"") or packed.repeat_double(at, n)
+    if len(values) != 8 * n or len(times) != 8 * n:
+        return None
+    return name, steps, values, times
+
+
+def _all_numbers(entries: Sequence[_Packed]) -> bool:
+    """Whether every value of `entries` is a number (no NaN, no infinity) and every time one a
+    Timestamp holds after 1970: checked over all the entries at once."""
+    values = b"".join(e[2] for e in entries)
+    times = b"".join(e[3] for e in entries)
+    return packed.all_finite(values) and packed.all_positive_up_to(times, MAX_SECONDS)
+
+
+def _usual_entries(entries: Sequence[pb.MetricColumns], budget: int, at: float) -> list[_Packed | None]:
+    """Per entry, its packed columns when it can be stored as it came (see `_packed_entry`, and
+    every value and time checked), else None."""
+    out: list[_Packed | None] = []
+    for entry in entries:
+        whole = _packed_entry(entry, budget, at)
+        if whole is not None:
+            budget -= len(whole[1])
+        out.append(whole)
+    usual = [e for e in out if e is not None]
+    if usual and not _all_numbers(usual):  # rare: find the entries that need the per-value path
+        out = [e if e is not None and _all_numbers([e]) else None for e in out]
+    return out
+
+
 def _add_columns(
     into: metrics.Columns,
     entries: Sequence[pb.MetricColumns],
@@ -167,7 +217,11 @@ def _add_columns(
     notes = []
     dropped = 0
     limit = budget
-    for entry in entries:
+    for entry, usual in zip(entries, _usual_entries(entries, budget, at), strict=True):
+        if usual is not None:
+            into.add_packed(*usual)
+            budget -= len(usual[1])
+            continue
         name = entry.name
         if len(name) > bounds.MAX_METRIC_NAME_CHARS:
             notes.append(
@@ -196,8 +250,7 @@ def _add_columns(
             times = [at] * n
         else:
             del times[n:]
-            # a time of 0 (none) or out of a Timestamp's range, or NaN, is the record's time (the
-            # usual column, all after 1970 and in range, is checked in three passes at C speed)
+            # a time of 0 (none) or out of a Timestamp's range, or NaN, is the record's time
             if not (min(times) > 0.0 and max(times) <= MAX_SECONDS) or math.isnan(sum(times)):
                 times = [t if t and MIN_SECONDS <= t <= MAX_SECONDS else at for t in times]
         if math.isnan(sum(values)):  # a NaN (or inf - inf): keep the points that are numbers
@@ -232,11 +285,12 @@ def _masked_event(ev: lc.LifecycleEvent, mask: Callable[[str], str]) -> lc.Lifec
     return copy
 
 
-# The masker of an attempt's log lines (its job's secret values -> ***), see control.secrets.
-Masks = Callable[[Session, m.Attempt], Callable[[str], str]]
+# The masker of an attempt's log lines (its job's secret values -> ***), given the attempt's and
+# its job's ids; see control.secrets.
+Masks = Callable[[Session, str, str], Callable[[str], str]]
 
 
-def _no_mask(s: Session, attempt: m.Attempt) -> Callable[[str], str]:
+def _no_mask(s: Session, attempt_id: str, job_id: str) -> Callable[[str], str]:
     return str
 
 
@@ -274,14 +328,13 @@ def tail_for_diagnosis(s: Session, attempt_id: str, *, scope_attempt_id: str | N
 class _LogWriter:
     """The job's log lines of one batch: cut, within the job's quota, in order."""
 
-    def __init__(self, job: m.Job, limits: IngestLimits) -> None:
-        self.job = job
+    def __init__(self, log_bytes: int, log_dropped_bytes: int, limits: IngestLimits) -> None:
         self.limits = limits
         self.budget = bounds.LogBudget(
             quota=limits.log_quota_bytes,
-            used=job.log_bytes or 0,
-            dropped=job.log_dropped_bytes or 0,
-            marked=bool(job.log_dropped_bytes),
+            used=log_bytes,
+            dropped=log_dropped_bytes,
+            marked=bool(log_dropped_bytes),
         )
         self.rows: list[tuple[int, float, str]] = []
 
@@ -298,13 +351,166 @@ class _LogWriter:
         rows, self.rows = self.rows, []
         return rows
 
-    def close(self) -> None:
-        """Count what this batch stored and dropped on the job row (locked with the batch)."""
-        self.job.log_bytes = self.budget.used
-        self.job.log_dropped_bytes = self.budget.dropped
+    def close(self) -> tuple[int, int]:
+        """What the job has stored and dropped with this batch (bytes), for its row."""
         if self.budget.dropped_now:
             prom.INGEST_LOG_DROPPED_BYTES.inc(self.budget.dropped_now)
             self.budget.dropped_now = 0
+        return self.budget.used, self.budget.dropped
+
+
+@dataclass
+class _Stream:
+    """What storing a batch reads and writes of its attempt: the cursor (locked), the job row's log
+    counters (locked) and what the signal is decided by."""
+
+    attempt_id: str
+    job_id: str
+    attempt_number: int
+    acked_seq: int
+    next_log_offset: int
+    log_bytes: int
+    log_dropped_bytes: int
+
+
+# Storing a batch without a lifecycle record reads and writes these columns only: Core statements
+# on the session's connection, compiled once, in the ORM path's lock order (cursor, then job row).
+_CUR, _ATT, _JOB = m.IngestCursor.__table__, m.Attempt.__table__, m.Job.__table__
+assert isinstance(_CUR, Table)
+assert isinstance(_JOB, Table)
+_READ_CURSOR = (
+    select(_CUR.c.acked_seq, _CUR.c.next_log_offset, _CUR.c.job_id, _CUR.c.attempt_number, _ATT.c.state)
+    .join_from(_CUR, _ATT, _ATT.c.id == _CUR.c.attempt_id)
+    .where(_CUR.c.attempt_id == bindparam("attempt"))
+    .with_for_update(of=_CUR)
+)
+_READ_JOB = (
+    select(_JOB.c.desired, _JOB.c.log_bytes, _JOB.c.log_dropped_bytes)
+    .where(_JOB.c.id == bindparam("job"))
+    .with_for_update()
+)
+_WRITE_CURSOR = (
+    update(_CUR)
+    .where(_CUR.c.attempt_id == bindparam("attempt"))
+    .values(acked_seq=bindparam("acked"), next_log_offset=bindparam("offset"))
+)
+_WRITE_JOB_LOG = (
+    update(_JOB)
+    .where(_JOB.c.id == bindparam("job"))
+    .values(log_bytes=bindparam("used"), log_dropped_bytes=bindparam("dropped"))
+)
+
+
+def _signal(desired: int, attempt_state: int) -> int:
+    if desired in (sm.STOP, sm.PAUSE) and attempt_state in sm.ACTIVE:
+        return pb.CONTROL_SIGNAL_STOP if desired == sm.STOP else pb.CONTROL_SIGNAL_PAUSE
+    return pb.CONTROL_SIGNAL_UNSPECIFIED
+
+
+def _store(
+    s: Session,
+    stream: _Stream,
+    records: Sequence[pb.Record],
+    mask_of: Callable[[], Callable[[str], str]],
+    limits: IngestLimits,
+    lifecycle: Callable[[lc.LifecycleEvent, int, float], list[jobs.Transition]],
+) -> Applied:
+    """Store the records after `stream.acked_seq` in order, advancing `stream` (its cursor and log
+    counters, which the caller writes back); `lifecycle(event, seq, time)` applies a lifecycle record."""
+    out = Applied(acked_seq=stream.acked_seq, job_id=stream.job_id)
+    writer = _LogWriter(stream.log_bytes, stream.log_dropped_bytes, limits)
+    columns = metrics.Columns()
+    masker: list[Callable[[str], str]] = []
+
+    def mask(text: str) -> str:
+        if not masker:
+            masker.append(mask_of())
+        return masker[0](text)
+
+    def flush() -> None:
+        log_rows = writer.take()
+        stream.next_log_offset = logs.append(s, stream.job_id, stream.attempt_number, stream.next_log_offset, log_rows)
+        points = columns.take()
+        metrics.append(s, stream.job_id, stream.attempt_number, points)
+        out.logs_added += len(log_rows)
+        out.metrics_added += points.count
+
+    for rec in records:
+        if rec.seq <= stream.acked_seq:
+            continue
+        if rec.seq != stream.acked_seq + 1:
+            flush()
+            raise errors.InvalidArgument(
+                f"records out of order for {stream.attempt_id}: expected seq {stream.acked_seq + 1}, got {rec.seq}"
+            )
+        at = _seconds(rec.time)
+        kind = rec.WhichOneof("body")
+        if kind == "log_chunk":
+            for line in rec.log_chunk.lines:
+                writer.add(rec.log_chunk.stream, at, mask(line))
+        elif kind == "metrics":
+            for line in _add_metrics(columns, rec.metrics, at, limits):
+                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, line)
+        elif kind == "samples":
+            samples, notes = bounds.bound_samples(_masked_samples(rec.samples.samples, mask), limits)
+            for note in notes:
+                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, note)
+            metrics.append_samples(s, stream.job_id, stream.attempt_number, samples, at)
+        elif kind == "lifecycle":
+            flush()  # the lines before an exit must be stored before the diagnosis reads them
+            out.transitions += lifecycle(_masked_event(rec.lifecycle, mask), rec.seq, at)
+        stream.acked_seq = rec.seq
+        out.kinds[kind or "empty"] = out.kinds.get(kind or "empty", 0) + 1
+    flush()
+    stream.log_bytes, stream.log_dropped_bytes = writer.close()
+    out.acked_seq = stream.acked_seq
+    return out
+
+
+def _add_metrics(columns: metrics.Columns, batch: pb.MetricBatch, at: float, limits: IngestLimits) -> list[str]:
+    """Add a metrics record's points to `columns`; the system lines it calls for (bounds, NaNs)."""
+    nans: list[tuple[str, int]] = []
+    notes: list[str] = []
+    if batch.points:
+        rows, nan_points, notes = _metric_rows(batch.points, at, limits)
+        columns.add_rows(rows)
+        nans += [(p.name, p.step) for p in nan_points]
+    if batch.columns:
+        left = max(0, limits.max_points_per_record - len(batch.points))
+        notes += _add_columns(columns, batch.columns, at, left, nans)
+    if nans:  # a diverged loss: not stored (a chart cannot draw it, SQLite cannot hold it)
+        where = ", ".join(f"{name} at step {step}" for name, step in nans[:3])
+        notes.append(f"starforge: metric value NaN not stored: {where}")
+    return notes
+
+
+def _apply_telemetry(
+    s: Session, attempt_id: str, records: Sequence[pb.Record], masks: Masks, limits: IngestLimits
+) -> Applied | None:
+    """`apply_records` for a batch without lifecycle records, through Core statements: the cursor
+    and the job row locked and read, the rows inserted, the cursor and the log counters written.
+    None when the attempt has no cursor yet (its first batch takes the ORM path, which makes it)."""
+    conn = s.connection()
+    row = conn.execute(_READ_CURSOR, {"attempt": attempt_id}).one_or_none()
+    if row is None:
+        return None
+    acked, offset, job_id, number, attempt_state = row
+    desired, log_bytes, log_dropped = conn.execute(_READ_JOB, {"job": job_id}).one()
+    stream = _Stream(attempt_id, job_id, number, acked, offset, log_bytes or 0, log_dropped or 0)
+    before = (stream.acked_seq, stream.next_log_offset, stream.log_bytes, stream.log_dropped_bytes)
+    out = _store(s, stream, records, lambda: masks(s, attempt_id, job_id), limits, _no_lifecycle)
+    if (stream.acked_seq, stream.next_log_offset) != before[:2]:
+        conn.execute(
+            _WRITE_CURSOR, {"attempt": attempt_id, "acked": stream.acked_seq, "offset": stream.next_log_offset}
+        )
+    if (stream.log_bytes, stream.log_dropped_bytes) != before[2:]:
+        conn.execute(_WRITE_JOB_LOG, {"job": job_id, "used": stream.log_bytes, "dropped": stream.log_dropped_bytes})
+    out.signal = _signal(desired, attempt_state)
+    return out
+
+
+def _no_lifecycle(event: lc.LifecycleEvent, seq: int, at: float) -> list[jobs.Transition]:
+    raise AssertionError("a batch with a lifecycle record is stored through the ORM")
 
 
 def apply_records(
@@ -322,71 +528,32 @@ def apply_records(
     stores (and a line is cut after masking, so a cut never leaves half a secret).
 
     `evidence` maps the seq of a record that ends the attempt to what its log tail holds, read
-    before this transaction (the diagnosis reads it here otherwise)."""
+    before this transaction (the diagnosis reads it here otherwise).
+
+    A batch of logs, metrics and samples only (the usual one) is stored through Core statements
+    (`_apply_telemetry`); one with a lifecycle record, or an attempt's first, through the ORM
+    objects the ledger's transitions need. Both lock the cursor, then the job row."""
     check_scope(attempt_id, scope_attempt_id)
+    if not any(rec.WhichOneof("body") == "lifecycle" for rec in records):
+        done = _apply_telemetry(s, attempt_id, records, masks, limits)
+        if done is not None:
+            return done
     attempt = jobs.get_attempt(s, attempt_id)
-    mask = masks(s, attempt)
     cur = cursor_for(s, attempt, for_update=True)
     job = jobs.get_job(s, attempt.job_id, for_update=True)
     check_outcome_open(attempt, records, cur.acked_seq)
-    out = Applied(acked_seq=cur.acked_seq, job_id=job.id)
-    writer = _LogWriter(job, limits)
-    columns = metrics.Columns()
+    stream = _Stream(
+        attempt.id, job.id, attempt.number, cur.acked_seq, cur.next_log_offset, job.log_bytes or 0,
+        job.log_dropped_bytes or 0,
+    )  # fmt: skip
 
-    def flush() -> None:
-        log_rows = writer.take()
-        cur.next_log_offset = logs.append(s, job.id, attempt.number, cur.next_log_offset, log_rows)
-        points = columns.take()
-        metrics.append(s, job.id, attempt.number, points)
-        out.logs_added += len(log_rows)
-        out.metrics_added += points.count
+    def lifecycle(event: lc.LifecycleEvent, seq: int, at: float) -> list[jobs.Transition]:
+        return _lifecycle(s, job, attempt, event, at, (evidence or {}).get(seq))
 
-    for rec in records:
-        if rec.seq <= cur.acked_seq:
-            continue
-        if rec.seq != cur.acked_seq + 1:
-            flush()
-            raise errors.InvalidArgument(
-                f"records out of order for {attempt_id}: expected seq {cur.acked_seq + 1}, got {rec.seq}"
-            )
-        at = _seconds(rec.time)
-        kind = rec.WhichOneof("body")
-        if kind == "log_chunk":
-            for line in rec.log_chunk.lines:
-                writer.add(rec.log_chunk.stream, at, mask(line))
-        elif kind == "metrics":
-            batch = rec.metrics
-            nans: list[tuple[str, int]] = []
-            notes: list[str] = []
-            if batch.points:
-                rows, nan_points, notes = _metric_rows(batch.points, at, limits)
-                columns.add_rows(rows)
-                nans += [(p.name, p.step) for p in nan_points]
-            if batch.columns:
-                left = max(0, limits.max_points_per_record - len(batch.points))
-                notes += _add_columns(columns, batch.columns, at, left, nans)
-            for note in notes:
-                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, note)
-            if nans:  # a diverged loss: not stored (a chart cannot draw it, SQLite cannot hold it)
-                where = ", ".join(f"{name} at step {step}" for name, step in nans[:3])
-                line = f"starforge: metric value NaN not stored: {where}"
-                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, line)
-        elif kind == "samples":
-            samples, notes = bounds.bound_samples(_masked_samples(rec.samples.samples, mask), limits)
-            for note in notes:
-                writer.add(telemetry_pb2.LOG_STREAM_SYSTEM, at, note)
-            metrics.append_samples(s, job.id, attempt.number, samples, at)
-        elif kind == "lifecycle":
-            flush()  # the lines before an exit must be stored before the diagnosis reads them
-            given = (evidence or {}).get(rec.seq)
-            out.transitions += _lifecycle(s, job, attempt, _masked_event(rec.lifecycle, mask), at, given)
-        cur.acked_seq = rec.seq
-        out.kinds[kind or "empty"] = out.kinds.get(kind or "empty", 0) + 1
-    flush()
-    writer.close()
-    out.acked_seq = cur.acked_seq
-    if job.desired in (sm.STOP, sm.PAUSE) and attempt.state in sm.ACTIVE:
-        out.signal = pb.CONTROL_SIGNAL_STOP if job.desired == sm.STOP else pb.CONTROL_SIGNAL_PAUSE
+    out = _store(s, stream, records, lambda: masks(s, attempt.id, job.id), limits, lifecycle)
+    cur.acked_seq, cur.next_log_offset = stream.acked_seq, stream.next_log_offset
+    job.log_bytes, job.log_dropped_bytes = stream.log_bytes, stream.log_dropped_bytes
+    out.signal = _signal(job.desired, attempt.state)
     return out
 
 

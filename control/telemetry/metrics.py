@@ -44,39 +44,70 @@ def _unpack(typecode: str, data: bytes) -> array:  # type: ignore[type-arg]
 
 
 class Columns:
-    """Points of one ingest batch, per metric name, in the order reported."""
+    """Points of one ingest batch, per metric name, in the order reported: for each name its parts
+    (steps, values and times packed little-endian), one per call that added points."""
 
     def __init__(self) -> None:
-        self.by_name: dict[str, tuple[list[int], list[float], list[float]]] = {}
+        self.by_name: dict[str, list[tuple[list[int], bytes, bytes]]] = {}
         self.count = 0
 
-    def add(self, name: str, steps: list[int], values: list[float], times: list[float]) -> None:
-        """Append points (three lists of one length) of `name`."""
-        cols = self.by_name.get(name)
-        if cols is None:
-            self.by_name[name] = (steps, values, times)
-        else:
-            cols[0].extend(steps)
-            cols[1].extend(values)
-            cols[2].extend(times)
+    def add_packed(self, name: str, steps: list[int], values: bytes, times: bytes) -> None:
+        """Append points of `name`: `values` and `times` hold len(steps) packed little-endian doubles."""
+        self.by_name.setdefault(name, []).append((steps, values, times))
         self.count += len(steps)
+
+    def add(self, name: str, steps: list[int], values: Sequence[float], times: Sequence[float]) -> None:
+        """Append points (three sequences of one length) of `name`."""
+        self.add_packed(name, steps, _pack(array("d", values)), _pack(array("d", times)))
 
     def add_rows(self, rows: Sequence[tuple[int, str, float, float]]) -> None:
         """Append (step, name, value, time) points."""
+        by_name: dict[str, tuple[list[int], list[float], list[float]]] = {}
         for step, name, value, at in rows:
-            cols = self.by_name.get(name)
+            cols = by_name.get(name)
             if cols is None:
-                cols = self.by_name[name] = ([], [], [])
+                cols = by_name[name] = ([], [], [])
             cols[0].append(step)
             cols[1].append(value)
             cols[2].append(at)
-        self.count += len(rows)
+        for name, (steps, values, times) in by_name.items():
+            self.add(name, steps, values, times)
 
     def take(self) -> Columns:
         out = Columns()
         out.by_name, out.count = self.by_name, self.count
         self.by_name, self.count = {}, 0
         return out
+
+
+def _stride_of(steps: list[int]) -> int | None:
+    """The stride of `steps` when they are first, first + stride, ..., last with stride > 0 (one
+    point: 0); None otherwise."""
+    if len(steps) == 1:
+        return 0
+    first, last = steps[0], steps[-1]
+    stride = steps[1] - first
+    if stride <= 0 or last - first != stride * (len(steps) - 1):
+        return None
+    return stride if steps == list(range(first, last + 1, stride)) else None
+
+
+def _evenly_spaced(parts: Sequence[tuple[list[int], bytes, bytes]]) -> tuple[int, int] | None:
+    """(first, last) when the steps of all `parts` (none empty), in order, are first, first +
+    stride, ..., last with one stride > 0 (or are a single point); None otherwise."""
+    stride = 0  # not known yet: single points so far
+    last: int | None = None
+    for steps, _v, _t in parts:
+        inner = _stride_of(steps)
+        if inner is None or (last is not None and steps[0] <= last):
+            return None
+        for known in (inner, 0 if last is None else steps[0] - last):
+            if known and stride and known != stride:
+                return None
+            stride = known or stride
+        last = steps[-1]
+    assert last is not None
+    return parts[0][0][0], last
 
 
 def _step_data(steps: list[int], first: int, last: int) -> bytes:
@@ -99,19 +130,28 @@ def _steps_of(data: bytes, first: int, last: int, points: int) -> Sequence[int]:
     return range(first, last + 1, (last - first) // (points - 1))
 
 
+def _chunk_steps(parts: Sequence[tuple[list[int], bytes, bytes]]) -> tuple[int, int, bytes]:
+    """A chunk's first and last step and its packed steps (empty for an evenly spaced series)."""
+    spaced = _evenly_spaced(parts)
+    if spaced is not None:
+        return spaced[0], spaced[1], b""
+    steps = [step for part in parts for step in part[0]]
+    first, last = min(steps), max(steps)
+    return first, last, _step_data(steps, first, last)
+
+
 def append(s: Session, job_id: str, attempt_number: int, columns: Columns) -> None:
     """Store the points of `columns` (one chunk row per metric name), in the session's transaction."""
     rows = []
-    for name, (steps, values, times) in columns.by_name.items():
-        if not steps:
+    for name, added in columns.by_name.items():
+        parts = [part for part in added if part[0]]
+        if not parts:
             continue
-        first, last = min(steps), max(steps)
-        rows.append(
-            (
-                job_id, attempt_number, name, first, last, len(steps),
-                _step_data(steps, first, last), _pack(array("d", values)), _pack(array("d", times)),
-            )
-        )  # fmt: skip
+        first, last, step_data = _chunk_steps(parts)
+        points = sum(len(part[0]) for part in parts)
+        values = b"".join(part[1] for part in parts)
+        times = b"".join(part[2] for part in parts)
+        rows.append((job_id, attempt_number, name, first, last, points, step_data, values, times))
     insert_rows(
         s,
         m.MetricChunk.__tablename__,

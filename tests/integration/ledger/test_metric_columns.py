@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
+from sqlalchemy.orm import Session
 from starforge_api.ingest.v1 import ingest_service_pb2 as ing
 from starforge_api.job.v1 import telemetry_pb2
 
+from common import errors
 from control.db import models as m
 from control.db.engine import Database, insert_rows
 from control.ledger import state_machine as sm
@@ -193,3 +196,57 @@ def test_a_step_range_reads_at_full_resolution(db: Database) -> None:
     )
     assert points_of(db, job_id, after_step=38, up_to_step=41)["loss"] == [(39, 39.0), (40, -1.0), (41, 41.0)]
     assert points_of(db, job_id, up_to_step=1)["loss"] == [(0, 0.0), (1, 1.0)]
+
+
+def test_a_usual_batch_keeps_every_check(db: Database) -> None:
+    """After an attempt's first batch (which makes its cursor), batches without a lifecycle record
+    are stored through Core statements: the same order, bounds, scope, replay and signal rules."""
+    aid = new_attempt(db)
+    job_id = aid.split(".")[0]
+    db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(1, "start")], scope_attempt_id=aid))
+    rec = columns_record(
+        2,
+        col("loss", [1, 2], [1.0, 2.0], [1700000000.0, 1700000001.0]),
+        col("loss", [3, 4], [math.nan, math.inf]),  # per value: the NaN left out, the infinity kept
+        col("loss", [5, 6], [5.0, 6.0], [0.0, 1700000002.0]),  # a time of 0: the record's
+        col("acc", [1, 2, 3], [0.1, 0.2, 0.3]),
+    )
+    applied = db.run_sync(lambda s: ingest.apply_records(s, aid, [rec], scope_attempt_id=aid))
+    assert (applied.acked_seq, applied.metrics_added, applied.signal) == (2, 8, ing.CONTROL_SIGNAL_UNSPECIFIED)
+    assert points_of(db, job_id) == {
+        "acc": [(1, 0.1), (2, 0.2), (3, 0.3)],
+        "loss": [(1, 1.0), (2, 2.0), (4, math.inf), (5, 5.0), (6, 6.0)],
+    }
+    lines = db.run_sync(lambda s: [r.text for r in logs.after(s, job_id, None)])
+    assert lines == ["start", "starforge: metric value NaN not stored: loss at step 3"]
+
+    again = db.run_sync(lambda s: ingest.apply_records(s, aid, [rec], scope_attempt_id=aid))  # resent
+    assert (again.acked_seq, again.metrics_added) == (2, 0)
+    with pytest.raises(errors.PermissionDenied):  # another attempt's token
+        db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(3, "x")], scope_attempt_id="j0.1"))
+    with pytest.raises(errors.InvalidArgument):  # a gap in the records
+        db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(4, "x")], scope_attempt_id=aid))
+
+    def stop(s: Session) -> None:
+        job = s.get(m.Job, job_id)
+        assert job is not None
+        job.desired = sm.STOP
+
+    db.run_sync(stop)
+    stopped = db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(3, "y")], scope_attempt_id=aid))
+    assert (stopped.acked_seq, stopped.signal) == (3, ing.CONTROL_SIGNAL_STOP)
+
+    def end(s: Session) -> None:
+        attempt = s.get(m.Attempt, aid)
+        assert attempt is not None
+        attempt.state = sm.FAILED
+
+    db.run_sync(end)  # an ended attempt: its telemetry still drains, with no signal
+    ended = db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(4, "z")], scope_attempt_id=aid))
+    assert (ended.acked_seq, ended.signal) == (4, ing.CONTROL_SIGNAL_UNSPECIFIED)
+    cursor = db.run_sync(lambda s: s.get(m.IngestCursor, aid))
+    assert cursor is not None
+    assert (cursor.acked_seq, cursor.next_log_offset) == (4, 4)
+    job_row = db.run_sync(lambda s: s.get(m.Job, job_id))
+    assert job_row is not None
+    assert job_row.log_bytes == sum(len(line) for line in [*lines, "y", "z"])
