@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, cast
 from starforge_api.control.v1 import control_service_pb2
 from starforge_api.job.v1 import job_pb2, job_state_pb2
 
+from cli import tables
 from cli.errors import EXIT_OK, usage
 from cli.follow import exit_code_for, follow_logs, resolve_job_id, state_name
 from cli.output import Format, message_to_dict
@@ -108,8 +109,10 @@ def job_ls(
         out.data({"jobs": [message_to_dict(j) for j in jobs]})
     elif not jobs:
         out.info("no jobs")
+    elif (text := tables.jobs_text(jobs)) is not None:  # into a pipe: rich's layout without rich
+        out.write(text)
     else:
-        from cli import render  # rich: text output only
+        from cli import render  # rich: a terminal, or a table only rich can lay out
 
         out.show(render.jobs_table(jobs))
     return EXIT_OK
