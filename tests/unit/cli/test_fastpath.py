@@ -196,7 +196,7 @@ TOKENS = [
         st.sampled_from([("--console", "h:1"), ("-o", "json"), ("-o", "text"), ("--output=text",)]), max_size=2
     ),
     command=st.sampled_from(["ls", "status", "logs"]),
-    rest=st.lists(st.sampled_from(TOKENS), max_size=6),
+    rest=st.lists(st.sampled_from(TOKENS) | st.text(max_size=12), max_size=6),
 )
 def test_whatever_the_fast_path_accepts_parses_as_the_full_tree(
     root: list[tuple[str, ...]], command: str, rest: list[str]
