@@ -214,3 +214,38 @@ def test_version_prints_what_the_full_tree_prints(capsys: pytest.CaptureFixture[
     fast = capsys.readouterr().out
     assert fast == runner.invoke(app, ["--version"]).stdout
     assert fast.startswith("sf ")
+
+
+def test_the_hot_commands_load_neither_typer_nor_pydantic() -> None:
+    """Start-up time (bench `cli`): through the console script's `main`, `sf --version` loads no
+    gRPC, protobuf or rich either, and `sf -o json job ls` no rich."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from cli.main import main\n"
+        "sys.argv = ['sf', *sys.argv[1:]]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(m.split('.')[0] for m in sys.modules)), file=sys.stderr)\n"
+    )
+    env = {
+        **os.environ,
+        "STARFORGE_CONSOLE": "127.0.0.1:1",
+        "STARFORGE_TOKEN": "t",
+        "STARFORGE_CLIENT_CONFIG": "/nonexistent",
+    }
+
+    def loaded(*args: str) -> set[str]:
+        r = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, check=False)
+        return set(r.stderr.split("\n")[-2].split())
+
+    version = loaded("--version")
+    assert not version & {"typer", "click", "pydantic", "grpc", "google", "rich", "yaml"}, version
+    ls = loaded("-o", "json", "job", "ls")  # cannot connect (exit 5): the imports up to the call, a JSON error
+    assert "grpc" in ls
+    assert not ls & {"typer", "click", "pydantic", "rich", "yaml"}, ls
