@@ -19,14 +19,16 @@ same values as the full tree.
 from __future__ import annotations
 
 import enum
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError
 from cli.exits import report_failure, wants_json
-from cli.output import Format
+from cli.output import Format, print_error
 
 if TYPE_CHECKING:
     from cli.context import AppState
@@ -263,5 +265,22 @@ def run(argv: Sequence[str]) -> int | None:
             return parsed.command.run(state, parsed.params)
         finally:
             state.close()
+    except BrokenPipeError:  # `sf job ls | head`: exit 1 quietly, as the typer tree does
+        _silence_stdout()
+        return EXIT_FAILURE
+    except EOFError:  # as typer turns it into Abort and cli.app prints it
+        sys.stderr.write("\n")
+        print_error(CliError("aborted", EXIT_INTERRUPTED, code="CANCELLED"), as_json=as_json)
+        return EXIT_INTERRUPTED
     except (Exception, KeyboardInterrupt) as exc:  # as cli.app.SfGroup.main does
         return report_failure(exc, as_json=as_json)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush into a closed pipe is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing will be flushed into a pipe
+        pass
