@@ -11,7 +11,9 @@ Peers: `squeue` of the project's Slurm 24.11 test cluster (tools/slurm; C, run i
 cluster's namespaces with `nsenter … chroot`, whose own cost `nsenter … chroot true` is in the
 details and included in the figure), with 20 held jobs queued; and `ray job list` / `ray job
 status` against the Ray head of the same run (bench/peers_cache.py; Python, like ours).
-STARFORGE_BENCH_QUICK=1 measures ours only (3 runs each), without starting either peer.
+STARFORGE_BENCH_QUICK=1 measures ours only (3 runs each), without starting either peer. The details
+also hold each command's CPU time (`cpu`, user + system from getrusage), which a loaded machine
+disturbs far less than the wall time, and `sf -o json job ls`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import time
@@ -33,15 +36,33 @@ JOBS = 20
 TARGET_S = 0.150
 
 
-def _timed(argv: list[str], env: dict[str, str] | None = None, cwd: pathlib.Path | None = None) -> float:
+def _timed(argv: list[str], env: dict[str, str] | None = None, cwd: pathlib.Path | None = None) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, of the process and its children) of one run of `argv`.
+
+    CPU comes from this process's RUSAGE_CHILDREN before and after: the runs are waited for one
+    at a time, and the console (started earlier, still running) is never counted in it.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     subprocess.run(argv, env=env, cwd=cwd, capture_output=True, check=True)
-    return time.monotonic() - t0
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _series(argv: list[str], env: dict[str, str] | None = None, cwd: pathlib.Path | None = None) -> list[float]:
-    _timed(argv, env, cwd)  # warm-up: page cache, the console's first call on a new connection
-    return [_timed(argv, env, cwd) for _ in range(RUNS)]
+    """Wall times of RUNS runs after one warm-up (page cache, the console's first call on a new connection)."""
+    return _wall_and_cpu(argv, env, cwd)[0]
+
+
+def _wall_and_cpu(
+    argv: list[str], env: dict[str, str] | None = None, cwd: pathlib.Path | None = None
+) -> tuple[list[float], list[float]]:
+    """Wall and CPU times of RUNS runs after one warm-up. On a shared machine the wall time moves
+    with everyone else's load; the CPU time much less (docs/benchmarks.md, **cli**)."""
+    _timed(argv, env, cwd)
+    runs = [_timed(argv, env, cwd) for _ in range(RUNS)]
+    return [w for w, _ in runs], [c for _, c in runs]
 
 
 def _import_profile(argv: list[str], env: dict[str, str]) -> dict[str, float]:
@@ -73,16 +94,25 @@ def measure_ours() -> dict[str, Any]:
     with running_console(work / "console") as console:
         job_id = asyncio.run(_queue_jobs(console))
         env = console.env()
-        ls = _series([str(SF), "job", "ls"], env, work)
-        status = _series([str(SF), "job", "status", job_id], env, work)
-        version = _series([str(SF), "--version"], env, work)
+        ls, ls_cpu = _wall_and_cpu([str(SF), "job", "ls"], env, work)
+        status, status_cpu = _wall_and_cpu([str(SF), "job", "status", job_id], env, work)
+        ls_json, ls_json_cpu = _wall_and_cpu([str(SF), "-o", "json", "job", "ls"], env, work)
+        version, version_cpu = _wall_and_cpu([str(SF), "--version"], env, work)
         imports = _import_profile([str(SF), "job", "ls"], env)
-    python_start = _series([sys.executable, "-c", "pass"])
+    python_start, python_start_cpu = _wall_and_cpu([sys.executable, "-c", "pass"])
     return {
         "job_ls": summary(ls),
         "job_status": summary(status),
+        "job_ls_json": summary(ls_json),
         "version": summary(version),
         "python_start": summary(python_start),
+        "cpu": {
+            "job_ls": summary(ls_cpu),
+            "job_status": summary(status_cpu),
+            "job_ls_json": summary(ls_json_cpu),
+            "version": summary(version_cpu),
+            "python_start": summary(python_start_cpu),
+        },
         "imports_ms": imports,
     }
 
@@ -150,7 +180,12 @@ def run() -> list[Result]:
     squeue, ray, note = _peers()
     ours = measure_ours()
     ls, status = ours["job_ls"]["p50"], ours["job_status"]["p50"]
-    log(f"cli: sf job ls p50 {ls * 1000:.0f} ms, sf job status p50 {status * 1000:.0f} ms")
+    cpu = ours["cpu"]
+    log(
+        f"cli: sf job ls p50 {ls * 1000:.0f} ms ({cpu['job_ls']['p50'] * 1000:.0f} ms CPU), sf job status p50 "
+        f"{status * 1000:.0f} ms ({cpu['job_status']['p50'] * 1000:.0f} ms CPU), python -c pass "
+        f"{ours['python_start']['p50'] * 1000:.0f} ms ({cpu['python_start']['p50'] * 1000:.0f} ms CPU)"
+    )
     ray_list = ray["job_list"]["p50"] if ray else None
     ray_status = ray["job_status"]["p50"] if ray else None
     squeue_p50 = squeue["squeue"]["p50"] if squeue else None

@@ -6,8 +6,10 @@ The CLI holds only a personal access token (never cluster credentials) and talks
 that integration tests can call them without going through the command line.
 
 Start-up time is part of the interface (`sf job ls` runs in scripts and loops): modules import
-what every command needs at the top and the rest where it is used, and `cli.main` loads a
-command's module only when that command runs (bench `cli`, docs/benchmarks.md).
+what every command needs at the top and the rest where it is used, `cli.app` loads a command's
+module only when that command runs, and `cli.main` runs the hot read commands (`sf job ls`, `sf job
+status`, `sf job logs`, `sf --version`) through `cli.fastpath`, without typer (bench `cli`,
+docs/benchmarks.md).
 """
 
 from __future__ import annotations

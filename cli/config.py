@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -214,6 +213,8 @@ def forget_console(env: Mapping[str, str], address: str) -> None:
 
 def _write_atomically(path: pathlib.Path, text: str) -> None:
     """Replace `path` with `text` (mode 0600) so that a crash never leaves half a file."""
+    import tempfile  # here: it imports shutil and with it bz2 and lzma, which `sf job ls` never needs
+
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=".config-", dir=path.parent)  # mkstemp creates it 0600
     try:

@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import typer
-
 from cli import config as client_config
 from cli.errors import EXIT_AUTH, CliError
 from cli.output import Format, Output
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # typer: the fast path (cli.fastpath) makes an AppState without it
+    import typer
+
     from cli.client import Client
     from cli.lab import Lab
 

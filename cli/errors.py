@@ -1,7 +1,7 @@
 """Every way `sf` can fail, as one exception type with an exit code.
 
 Commands raise `CliError` (or let a `grpc.RpcError` escape from `cli.client`, which converts it
-here); `cli.main` prints it once (`cli.output.print_error`) and exits with its code. Nothing else
+here); `cli.exits` prints it once (`cli.output.print_error`) and `sf` exits with its code. Nothing else
 prints errors, so a failure is always one message on stderr and never a traceback.
 
 Exit codes are part of the interface (scripts switch on them):

@@ -17,16 +17,16 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf import message
-
 from cli.errors import CliError
 
 if TYPE_CHECKING:
+    from google.protobuf import message
     from google.protobuf.timestamp_pb2 import Timestamp
     from rich.console import Console, RenderableType
     from rich.text import Text
 
-# rich is imported where text is printed: JSON output, and commands that print nothing, never load it.
+# rich is imported where text is printed: JSON output, and commands that print nothing, never load it;
+# protobuf where a message is converted (`sf --version` loads neither).
 
 
 class Format(enum.StrEnum):
@@ -79,6 +79,11 @@ class Output:
     def json_line(self, obj: Any) -> None:
         """Print one compact JSON object per line (streams in JSON mode)."""
         sys.stdout.write(json.dumps(obj, separators=(",", ":"), default=_json_default) + "\n")
+        sys.stdout.flush()
+
+    def write(self, text: str) -> None:
+        """Print text that is already laid out on stdout (text mode), as it is."""
+        sys.stdout.write(text)
         sys.stdout.flush()
 
     def show(self, renderable: RenderableType) -> None:
@@ -135,6 +140,8 @@ def print_error(err: CliError, *, as_json: bool) -> None:
 
 
 def _json_default(obj: Any) -> Any:
+    from google.protobuf import message
+
     if isinstance(obj, message.Message):
         return message_to_dict(obj)
     if isinstance(obj, dt.datetime | dt.date):

@@ -12,7 +12,8 @@ from rich.text import Text
 from starforge_api.job.v1 import artifact_pb2, job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
 
 from cli.follow import state_name, state_style
-from cli.output import age, human_bytes, sparkline, timestamp_text
+from cli.output import human_bytes, sparkline, timestamp_text
+from cli.tables import JOB_COLUMNS, JOB_WRAPS, job_row, wait_text
 
 
 def _enum(value: int, enum: object, prefix: str) -> str:
@@ -20,35 +21,21 @@ def _enum(value: int, enum: object, prefix: str) -> str:
     return name.removeprefix(prefix).lower().replace("_", " ")
 
 
-def wait_text(job: job_pb2.Job) -> str:
-    """ "#2 quota: …" for a QUEUED job, "" otherwise."""
-    if job.state != job_state_pb2.JOB_STATE_QUEUED or not job.HasField("wait"):
-        return ""
-    w = job.wait
-    position = f"#{w.queue_position} " if w.queue_position else ""
-    reason = w.message or _enum(w.reason, job_state_pb2.WaitReason, "WAIT_REASON_")
-    return f"{position}{reason}"
-
-
 def state_text(state: int) -> Text:
     return Text(state_name(state), style=state_style(state))
 
 
 def jobs_table(jobs: Sequence[job_pb2.Job]) -> Table:
-    """`sf job ls`: one row per job."""
+    """`sf job ls`: one row per job (cli.tables draws the same table without rich into a pipe)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("ID", "EXPERIMENT", "METHOD", "STATE", "WAITING", "AGE", "ATTEMPTS"):
-        table.add_column(col, no_wrap=col != "WAITING", overflow="fold")
+    for col, wraps in zip(JOB_COLUMNS, JOB_WRAPS, strict=True):
+        table.add_column(col, no_wrap=not wraps, overflow="fold")
+    state = JOB_COLUMNS.index("STATE")
     for job in jobs:
-        table.add_row(
-            job.job_id,
-            job.experiment + (f" [{job.stage}]" if job.stage else ""),
-            job.method,
-            state_text(job.state),
-            wait_text(job),
-            age(job.create_time),
-            str(len(job.attempts)),
-        )
+        # Text, not str: rich would read "exp [sft]" or a wait message as markup and drop the brackets
+        cells = [Text(cell) for cell in job_row(job)]
+        cells[state] = state_text(job.state)
+        table.add_row(*cells)
     return table
 
 

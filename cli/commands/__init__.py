@@ -1,1 +1,1 @@
-"""Command groups of `sf`, one module each; `cli.main` assembles them."""
+"""Command groups of `sf`, one module each; `cli.app` assembles them."""

@@ -1,20 +1,25 @@
-"""`sf job ...`: list, inspect, follow and control jobs."""
+"""`sf job ...`: list, inspect, follow and control jobs.
+
+The bodies of `ls`, `status` and `logs` live in `cli.commands.job_read`, shared with the fast path
+(`cli.fastpath`); their options are defined here, and tests/unit/cli/test_fastpath.py checks that
+the fast path accepts exactly these.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
 from starforge_api.control.v1 import control_service_pb2
-from starforge_api.job.v1 import job_pb2, job_state_pb2
 
 from cli.client import Client
+from cli.commands import job_read
 from cli.commands.common import OutputOpt
 from cli.context import app_state
 from cli.errors import usage
-from cli.follow import exit_code_for, follow_logs, resolve_job_id, state_name, watch_job
+from cli.follow import exit_code_for, resolve_job_id, state_name, watch_job
 from cli.output import Output, human_bytes, message_to_dict
 
 app = typer.Typer(
@@ -24,65 +29,6 @@ app = typer.Typer(
 )
 
 JobIdArg = Annotated[str, typer.Argument(help="Job id, or `latest` for your newest job.", metavar="JOB_ID")]
-
-
-def parse_states(values: list[str]) -> list[job_state_pb2.JobState]:
-    """`--state running` (any case, repeatable) → JobState values."""
-    valid = [
-        n.removeprefix("JOB_STATE_").lower()
-        for n in job_state_pb2.JobState.keys()  # noqa: SIM118 - EnumTypeWrapper has no __iter__ of names
-        if not n.endswith("UNSPECIFIED")
-    ]
-    states = []
-    for v in values:
-        for item in v.split(","):
-            name = item.strip().lower()
-            if name not in valid:
-                raise usage(f"--state {item!r}: unknown state; use one of {', '.join(valid)}")
-            states.append(cast(job_state_pb2.JobState, job_state_pb2.JobState.Value("JOB_STATE_" + name.upper())))
-    return states
-
-
-def parse_label_filters(values: list[str]) -> dict[str, str]:
-    """`-l key=value` (repeatable) → the labels every listed job must have."""
-    labels: dict[str, str] = {}
-    for v in values:
-        key, sep, value = v.partition("=")
-        if not sep or not key:
-            raise usage(f"--label {v!r}: expected KEY=VALUE")
-        labels[key] = value
-    return labels
-
-
-def list_jobs(
-    client: Client,
-    *,
-    all_users: bool,
-    states: list[job_state_pb2.JobState],
-    project: str,
-    experiment: str,
-    limit: int,
-    labels: dict[str, str] | None = None,
-) -> list[job_pb2.Job]:
-    """Jobs newest first, following pages up to `limit`."""
-    jobs: list[job_pb2.Job] = []
-    token = ""
-    while len(jobs) < limit:
-        req = control_service_pb2.ListJobsRequest(
-            project=project,
-            owner="*" if all_users else "",
-            states=states,
-            experiment=experiment,
-            page_size=min(limit - len(jobs), 1000),
-            page_token=token,
-            labels=labels or {},
-        )
-        resp = client.call(client.control.ListJobs, req)
-        jobs.extend(resp.jobs)
-        token = resp.next_page_token
-        if not token or not resp.jobs:
-            break
-    return jobs[:limit]
 
 
 @app.command("ls")
@@ -105,26 +51,18 @@ def ls_cmd(
 
     Examples: `sf job ls --state queued --state running`, `sf job ls -l team=rl -l sweep=lr`
     """
-    st = app_state(ctx)
-    out = st.output(output)
-    client = st.client()
-    jobs = list_jobs(
-        client,
+    code = job_read.job_ls(
+        app_state(ctx),
+        output,
         all_users=all_users,
-        states=parse_states(state or []),
+        state=state,
         project=project,
         experiment=experiment,
         limit=limit,
-        labels=parse_label_filters(label or []),
+        label=label,
     )
-    if out.json:
-        out.data({"jobs": [message_to_dict(j) for j in jobs]})
-    elif not jobs:
-        out.info("no jobs")
-    else:
-        from cli import render  # rich: text output only
-
-        out.show(render.jobs_table(jobs))
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("status")
@@ -133,15 +71,9 @@ def status_cmd(ctx: typer.Context, job_id: JobIdArg = "latest", output: OutputOp
 
     Example: `sf job status latest`
     """
-    st = app_state(ctx)
-    out = st.output(output)
-    job = resolve_job_id(st.client(), job_id)
-    if out.json:
-        out.data({"job": message_to_dict(job)})
-    else:
-        from cli import render  # rich: text output only
-
-        out.show(render.job_panel(job))
+    code = job_read.job_status(app_state(ctx), output, job_id)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("logs")
@@ -175,17 +107,9 @@ def logs_cmd(
     Examples: `sf job logs` (the latest job), `sf job logs j0abc123 -n 0` (full history, then follow),
     `sf job logs j0abc123 --no-follow`
     """
-    st = app_state(ctx)
-    out = st.output(output)
-    client = st.client()
-    job = resolve_job_id(client, job_id)
-    tail = lines if lines is not None else (100 if follow else 0)
-    final = follow_logs(client, job.job_id, out, tail=tail, follow=follow)
-    if follow and final is not None:
-        out.info(f"job {job.job_id} ended {state_name(final)}")
-        code = exit_code_for(final)
-        if code:
-            raise typer.Exit(code)
+    code = job_read.job_logs(app_state(ctx), output, job_id, follow=follow, lines=lines)
+    if code:
+        raise typer.Exit(code)
 
 
 def _control(
