@@ -26,8 +26,12 @@ from control.ledger import convert, jobs, pipeline
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
 from control.telemetry import logs, metrics
+from control.telemetry.log_tail import LogBatch
 
 FOLLOW_POLL_SECONDS = 1.0
+# A follower served from memory still reads the ledger at least this often: lines another replica
+# stored after its cursor, while this process keeps storing the job's lines too, reach it then.
+LEDGER_CHECK_SECONDS = 5.0
 MAX_PAGE = 1000
 
 
@@ -316,8 +320,14 @@ class JobsApi:
         follow: bool,
         attempt_number: int,
         after: logs.Cursor | None = None,
-    ) -> AsyncIterator[tuple[list[telemetry_pb2.LogLine], int]]:
-        """Yields (lines, final_state) batches; final_state is set on the last batch of a follow."""
+    ) -> AsyncIterator[LogBatch]:
+        """Yields batches of lines in order; the last batch of a follow carries the final state.
+
+        A follower woken by lines this process stored takes them from the job's in-memory tail
+        (control.telemetry.log_tail) when its cursor is inside it: no database read, and the
+        followers at the same cursor share one batch. Otherwise, on its poll (lines another replica
+        stored, a state another replica changed) and at least every LEDGER_CHECK_SECONDS, it
+        reads the ledger."""
         # Every read here is a background call (control.db.engine): thousands of followers
         # connecting or polling wait behind the ingest writes they follow, never the reverse.
         # Followers that ask the same thing at once share one read (SharedReads).
@@ -343,26 +353,45 @@ class JobsApi:
             )
             if rows:
                 cursor = (rows[-1].attempt_number, rows[-1].offset)
-                yield list(rows), 0
+                yield LogBatch(list(rows))
             elif not follow:
                 return
+        notifier, tails = self.ctx.notifier, self.ctx.log_tails
+        from_memory = False  # set after a wait that was woken: a notification of this process
+        read_at = 0.0  # when this follower last read the ledger (loop clock)
+        state_seen = 0  # the job's notification generation at that read: a new one means a new state
+        loop = asyncio.get_running_loop()
         while True:
-            generation = (self.ctx.notifier.generation(key), self.ctx.notifier.generation(jid))
+            if from_memory and notifier.generation(jid) == state_seen and loop.time() - read_at < LEDGER_CHECK_SECONDS:
+                batch = tails.after(jid, cursor, attempt_number)
+                if batch is not None:
+                    if batch.lines:
+                        cursor = batch.cursor
+                        yield batch
+                    else:
+                        from_memory = await notifier.wait(key, FOLLOW_POLL_SECONDS)
+                    continue
+            generation = (notifier.generation(key), notifier.generation(jid))
+            state_seen, read_at = generation[1], loop.time()
             state, lines = await self.shared.get(
                 (jid, cursor, attempt_number, generation),
                 functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number), background=True),
             )
             if lines:
                 cursor = (lines[-1].attempt_number, lines[-1].offset)
-                yield lines, 0
+                yield LogBatch(lines)
+                from_memory = False  # there may be more: read on, as before
                 continue
             if not follow:
                 return
             if state in sm.TERMINAL or state == sm.PAUSED:
                 # Everything stored before the job ended has been sent.
-                yield [], state
+                yield LogBatch([], state)
                 return
-            await self.ctx.notifier.wait(key, FOLLOW_POLL_SECONDS)
+            if notifier.generation(key) != generation[0]:
+                from_memory = True  # lines were stored while it read: no wait for the next ones
+                continue
+            from_memory = await notifier.wait(key, FOLLOW_POLL_SECONDS)
 
     async def watch(
         self, principal: Principal, job_id: str, after_sequence: int = 0

@@ -45,6 +45,9 @@ class Applied:
     signal: int = pb.CONTROL_SIGNAL_UNSPECIFIED
     job_id: str = ""
     kinds: dict[str, int] = field(default_factory=dict)
+    # the log lines stored, as (attempt_number, first offset, (stream, time, text) rows): handed to
+    # the in-memory tails (telemetry.log_tail) once the transaction has committed
+    log_segments: list[tuple[int, int, list[tuple[int, float, str]]]] = field(default_factory=list)
 
 
 def cursor_for(s: Session, attempt: m.Attempt, *, for_update: bool) -> m.IngestCursor:
@@ -335,6 +338,8 @@ def apply_records(
 
     def flush() -> None:
         log_rows = writer.take()
+        if log_rows:
+            out.log_segments.append((attempt.number, cur.next_log_offset, log_rows))
         cur.next_log_offset = logs.append(s, job.id, attempt.number, cur.next_log_offset, log_rows)
         points = columns.take()
         metrics.append(s, job.id, attempt.number, points)
