@@ -357,8 +357,8 @@ class JobsApi:
             elif not follow:
                 return
         notifier, tails = self.ctx.notifier, self.ctx.log_tails
-        from_memory = False  # set after a wait that was woken: a notification of this process
-        read_at = 0.0  # when this follower last read the ledger (loop clock)
+        from_memory = False  # may try memory: woken by this process, or just caught up from the ledger
+        read_at = 0.0  # when this follower's last ledger read returned (loop clock)
         state_seen = 0  # the job's notification generation at that read: a new one means a new state
         loop = asyncio.get_running_loop()
         while True:
@@ -372,15 +372,19 @@ class JobsApi:
                         from_memory = await notifier.wait(key, FOLLOW_POLL_SECONDS)
                     continue
             generation = (notifier.generation(key), notifier.generation(jid))
-            state_seen, read_at = generation[1], loop.time()
+            state_seen = generation[1]
             state, lines = await self.shared.get(
                 (jid, cursor, attempt_number, generation),
                 functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number), background=True),
             )
+            read_at = loop.time()  # when it returned: a read that waited long still counts as fresh
             if lines:
                 cursor = (lines[-1].attempt_number, lines[-1].offset)
                 yield LogBatch(lines)
-                from_memory = False  # there may be more: read on, as before
+                # There may be more. A follower behind (its read took a while, lines were stored
+                # meanwhile) goes on from memory when its cursor is now inside the tail, instead of
+                # chasing the newest lines read after read; an ended job's last lines are read on.
+                from_memory = follow and state not in sm.TERMINAL and state != sm.PAUSED
                 continue
             if not follow:
                 return
