@@ -29,8 +29,8 @@ from control.telemetry import logs, metrics
 from control.telemetry.log_tail import LogBatch
 
 FOLLOW_POLL_SECONDS = 1.0
-# A follower served from memory still reads the ledger at least this often: lines another replica
-# stored after its cursor, while this process keeps storing the job's lines too, reach it then.
+# A follower served from memory still reads the ledger at least this often: the longest a line
+# another replica stored after the job's tail here, or a state it changed, waits to reach it.
 LEDGER_CHECK_SECONDS = 5.0
 MAX_PAGE = 1000
 
@@ -323,11 +323,12 @@ class JobsApi:
     ) -> AsyncIterator[LogBatch]:
         """Yields batches of lines in order; the last batch of a follow carries the final state.
 
-        A follower woken by lines this process stored takes them from the job's in-memory tail
+        A follower takes the lines this process stored from the job's in-memory tail
         (control.telemetry.log_tail) when its cursor is inside it: no database read, and the
-        followers at the same cursor share one batch. Otherwise, on its poll (lines another replica
-        stored, a state another replica changed) and at least every LEDGER_CHECK_SECONDS, it
-        reads the ledger."""
+        followers at the same cursor share one batch. It reads the ledger when its cursor is
+        outside the tail (there is none here: its poll finds what another replica stored), when
+        the job's state was notified, and at least every LEDGER_CHECK_SECONDS (lines another
+        replica stored after the tail, a state another replica changed)."""
         # Every read here is a background call (control.db.engine): thousands of followers
         # connecting or polling wait behind the ingest writes they follow, never the reverse.
         # Followers that ask the same thing at once share one read (SharedReads).
@@ -357,19 +358,19 @@ class JobsApi:
             elif not follow:
                 return
         notifier, tails = self.ctx.notifier, self.ctx.log_tails
-        from_memory = False  # may try memory: woken by this process, or just caught up from the ledger
+        use_memory = False  # after its first ledger read, a follower may take lines from memory
         read_at = 0.0  # when this follower's last ledger read returned (loop clock)
         state_seen = 0  # the job's notification generation at that read: a new one means a new state
         loop = asyncio.get_running_loop()
         while True:
-            if from_memory and notifier.generation(jid) == state_seen and loop.time() - read_at < LEDGER_CHECK_SECONDS:
+            if use_memory and notifier.generation(jid) == state_seen and loop.time() - read_at < LEDGER_CHECK_SECONDS:
                 batch = tails.after(jid, cursor, attempt_number)
                 if batch is not None:
                     if batch.lines:
                         cursor = batch.cursor
                         yield batch
-                    else:
-                        from_memory = await notifier.wait(key, FOLLOW_POLL_SECONDS)
+                    else:  # nothing new here; a poll that times out looks here again, not at the ledger
+                        await notifier.wait(key, FOLLOW_POLL_SECONDS)
                     continue
             generation = (notifier.generation(key), notifier.generation(jid))
             state_seen = generation[1]
@@ -384,7 +385,7 @@ class JobsApi:
                 # There may be more. A follower behind (its read took a while, lines were stored
                 # meanwhile) goes on from memory when its cursor is now inside the tail, instead of
                 # chasing the newest lines read after read; an ended job's last lines are read on.
-                from_memory = follow and state not in sm.TERMINAL and state != sm.PAUSED
+                use_memory = follow and state not in sm.TERMINAL and state != sm.PAUSED
                 continue
             if not follow:
                 return
@@ -392,10 +393,9 @@ class JobsApi:
                 # Everything stored before the job ended has been sent.
                 yield LogBatch([], state)
                 return
-            if notifier.generation(key) != generation[0]:
-                from_memory = True  # lines were stored while it read: no wait for the next ones
-                continue
-            from_memory = await notifier.wait(key, FOLLOW_POLL_SECONDS)
+            use_memory = True
+            if notifier.generation(key) == generation[0]:  # else lines were stored while it read
+                await notifier.wait(key, FOLLOW_POLL_SECONDS)
 
     async def watch(
         self, principal: Principal, job_id: str, after_sequence: int = 0
