@@ -164,7 +164,8 @@ class LogTails:
         if not rows:
             return
         lines = to_lines(attempt_number, first_offset, rows)
-        batch = LogBatch(lines, size=sum(len(text) for _, _, text in rows) + LINE_OVERHEAD_BYTES * len(rows))
+        size = sum(len(text.encode()) for _, _, text in rows) + LINE_OVERHEAD_BYTES * len(rows)
+        batch = LogBatch(lines, size=size)
         tail = self._jobs.get(job_id)
         if tail is None or tail.attempt_number != attempt_number or tail.next_offset != first_offset:
             # not the run's continuation: whatever lies between is only in the ledger
