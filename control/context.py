@@ -18,6 +18,7 @@ from control.db.engine import Database
 from control.events import Notifier
 from control.executors import ExecutorPool
 from control.secrets import Keyring, MaskCache
+from control.telemetry.log_tail import LogTails
 from recipes.catalog import Catalog
 
 
@@ -56,3 +57,5 @@ class Context:
     ca_pem: str = ""
     # Stops of running attempts the API asked for, served by the reconciler.
     stop_requests: StopRequests = field(default_factory=StopRequests)
+    # The log lines this process stored last, per job, that followers are served from.
+    log_tails: LogTails = field(default_factory=LogTails)

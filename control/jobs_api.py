@@ -26,8 +26,12 @@ from control.ledger import convert, jobs, pipeline
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
 from control.telemetry import logs, metrics
+from control.telemetry.log_tail import LogBatch
 
 FOLLOW_POLL_SECONDS = 1.0
+# A follower served from memory still reads the ledger at least this often: the longest a line
+# another replica stored after the job's tail here, or a state it changed, waits to reach it.
+LEDGER_CHECK_SECONDS = 5.0
 MAX_PAGE = 1000
 EARLIER_PAGE = 500  # lines before a cursor when the request does not say how many
 MAX_EARLIER_PAGE = 10_000  # one response: a reader scrolling back pages, it does not take all at once
@@ -318,8 +322,15 @@ class JobsApi:
         follow: bool,
         attempt_number: int,
         after: logs.Cursor | None = None,
-    ) -> AsyncIterator[tuple[list[telemetry_pb2.LogLine], int]]:
-        """Yields (lines, final_state) batches; final_state is set on the last batch of a follow."""
+    ) -> AsyncIterator[LogBatch]:
+        """Yields batches of lines in order; the last batch of a follow carries the final state.
+
+        A follower takes the lines this process stored from the job's in-memory tail
+        (control.telemetry.log_tail) when its cursor is inside it: no database read, and the
+        followers at the same cursor share one batch. It reads the ledger when its cursor is
+        outside the tail (there is none here: its poll finds what another replica stored), when
+        the job's state was notified, and at least every LEDGER_CHECK_SECONDS (lines another
+        replica stored after the tail, a state another replica changed)."""
         # Every read here is a background call (control.db.engine): thousands of followers
         # connecting or polling wait behind the ingest writes they follow, never the reverse.
         # Followers that ask the same thing at once share one read (SharedReads).
@@ -345,26 +356,48 @@ class JobsApi:
             )
             if rows:
                 cursor = (rows[-1].attempt_number, rows[-1].offset)
-                yield list(rows), 0
+                yield LogBatch(list(rows))
             elif not follow:
                 return
+        notifier, tails = self.ctx.notifier, self.ctx.log_tails
+        use_memory = False  # after its first ledger read, a follower may take lines from memory
+        read_at = 0.0  # when this follower's last ledger read returned (loop clock)
+        state_seen = 0  # the job's notification generation at that read: a new one means a new state
+        loop = asyncio.get_running_loop()
         while True:
-            generation = (self.ctx.notifier.generation(key), self.ctx.notifier.generation(jid))
+            if use_memory and notifier.generation(jid) == state_seen and loop.time() - read_at < LEDGER_CHECK_SECONDS:
+                batch = tails.after(jid, cursor, attempt_number)
+                if batch is not None:
+                    if batch.lines:
+                        cursor = batch.cursor
+                        yield batch
+                    else:  # nothing new here; a poll that times out looks here again, not at the ledger
+                        await notifier.wait(key, FOLLOW_POLL_SECONDS)
+                    continue
+            generation = (notifier.generation(key), notifier.generation(jid))
+            state_seen = generation[1]
             state, lines = await self.shared.get(
                 (jid, cursor, attempt_number, generation),
                 functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number), background=True),
             )
+            read_at = loop.time()  # when it returned: a read that waited long still counts as fresh
             if lines:
                 cursor = (lines[-1].attempt_number, lines[-1].offset)
-                yield lines, 0
+                yield LogBatch(lines)
+                # There may be more. A follower behind (its read took a while, lines were stored
+                # meanwhile) goes on from memory when its cursor is now inside the tail, instead of
+                # chasing the newest lines read after read; an ended job's last lines are read on.
+                use_memory = follow and state not in sm.TERMINAL and state != sm.PAUSED
                 continue
             if not follow:
                 return
             if state in sm.TERMINAL or state == sm.PAUSED:
                 # Everything stored before the job ended has been sent.
-                yield [], state
+                yield LogBatch([], state)
                 return
-            await self.ctx.notifier.wait(key, FOLLOW_POLL_SECONDS)
+            use_memory = True
+            if notifier.generation(key) == generation[0]:  # else lines were stored while it read
+                await notifier.wait(key, FOLLOW_POLL_SECONDS)
 
     async def earlier_logs(
         self, principal: Principal, job_id: str, before: logs.Cursor, count: int, attempt_number: int

@@ -15,12 +15,17 @@ from control import auth
 from control.artifacts import JobArtifacts
 from control.context import Context
 from control.jobs_api import JobsApi
+from control.telemetry.log_tail import LogBatch
 
 
 def _require(value: str, field: str) -> str:
     if not value:
         raise errors.InvalidArgument(f"{field} is required", field_violations=(errors.FieldViolation(field, "empty"),))
     return value
+
+
+def _logs_response(batch: LogBatch) -> pb.StreamJobLogsResponse:
+    return pb.StreamJobLogsResponse(lines=batch.lines, final_state=batch.final_state)  # type: ignore[arg-type]
 
 
 class ControlServicer(pb_grpc.ControlServiceServicer):
@@ -71,7 +76,7 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
         if request.before_attempt_number > 0:
             yield pb.StreamJobLogsResponse(lines=await self._earlier_logs(request))
             return
-        async for lines, final in self.api.stream_logs(
+        async for batch in self.api.stream_logs(
             auth.current(),
             _require(request.job_id, "job_id"),
             request.tail_lines,
@@ -79,7 +84,8 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
             request.attempt_number,
             (request.after_attempt_number, request.after_offset) if request.after_attempt_number > 0 else None,
         ):
-            yield pb.StreamJobLogsResponse(lines=lines, final_state=final)  # type: ignore[arg-type]
+            # one message per batch, whichever followers share it (it is never changed once built)
+            yield batch.message(_logs_response)
 
     async def _earlier_logs(self, request: pb.StreamJobLogsRequest) -> list[telemetry_pb2.LogLine]:
         """StreamJobLogs with a before cursor: one page of older lines, never followed."""

@@ -63,6 +63,7 @@ def _merge(total: ingest.Applied | None, part: ingest.Applied) -> ingest.Applied
     total.transitions += part.transitions
     total.logs_added += part.logs_added
     total.metrics_added += part.metrics_added
+    total.log_segments += part.log_segments
     for kind, n in part.kinds.items():
         total.kinds[kind] = total.kinds.get(kind, 0) + n
     return total
@@ -102,6 +103,15 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         assert total is not None
         return total
 
+    def _to_tails(self, applied: ingest.Applied) -> None:
+        """The committed lines to the job's in-memory tail, before its followers are woken; a job
+        or attempt that ended leaves it (its followers read what is left from the ledger)."""
+        tails = self.ctx.log_tails
+        for attempt_number, first_offset, rows in applied.log_segments:
+            tails.add(applied.job_id, attempt_number, first_offset, rows)
+        if any(t.to_state in sm.TERMINAL for t in applied.transitions):
+            tails.forget(applied.job_id)
+
     async def _read(
         self,
         request_iterator: AsyncIterator[pb.ReportRequest],
@@ -121,6 +131,7 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
             st.job_id, st.acked = applied.job_id, applied.acked_seq
             for kind, n in applied.kinds.items():
                 metrics.INGEST_RECORDS.labels(kind).inc(n)
+            self._to_tails(applied)
             if applied.logs_added:
                 self.ctx.notifier.notify(f"logs:{applied.job_id}")
             if applied.transitions:

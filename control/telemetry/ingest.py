@@ -46,6 +46,9 @@ class Applied:
     signal: int = pb.CONTROL_SIGNAL_UNSPECIFIED
     job_id: str = ""
     kinds: dict[str, int] = field(default_factory=dict)
+    # the log lines stored, as (attempt_number, first offset, (stream, time, text) rows): handed to
+    # the in-memory tails (telemetry.log_tail) once the transaction has committed
+    log_segments: list[tuple[int, int, list[tuple[int, float, str]]]] = field(default_factory=list)
 
 
 def cursor_for(s: Session, attempt: m.Attempt, *, for_update: bool) -> m.IngestCursor:
@@ -429,6 +432,8 @@ def _store(
 
     def flush() -> None:
         log_rows = writer.take()
+        if log_rows:  # for the followers' in-memory tail, once committed
+            out.log_segments.append((stream.attempt_number, stream.next_log_offset, log_rows))
         stream.next_log_offset = logs.append(s, stream.job_id, stream.attempt_number, stream.next_log_offset, log_rows)
         points = columns.take()
         metrics.append(s, stream.job_id, stream.attempt_number, points)
