@@ -167,8 +167,14 @@ def test_no_python_in_the_image_exits_98(tmp_path: pathlib.Path) -> None:
 
 def test_a_python_older_than_310_exits_98(tmp_path: pathlib.Path) -> None:
     env, _ = make_capsule(tmp_path, {"a": b"a"})
+    # A Python 3.8 stand-in: the real interpreter, reporting 3.8, runs what bootstrap gives it
+    # (`-I -c PROGRAM PY`), so that the program's own first check is what refuses it.
     old = tmp_path / "python3.8"
-    old.write_text('#!/bin/sh\nprintf "3 8"\n')
+    old.write_text(
+        f"#!/bin/sh\nexec {sys.executable} -I -c "
+        "'import sys; sys.version_info = (3, 8, 0, \"final\", 0); p = sys.argv[1]; "
+        "sys.argv = [\"-c\"] + sys.argv[2:]; exec(p)' \"$3\" \"$4\"\n"
+    )
     old.chmod(0o755)
     proc = run(env | {"FORGE_PYTHON": str(old)})
     assert proc.returncode == 98
