@@ -20,7 +20,7 @@ python3 - "$FORGE_OUT_DIR/attack.json" <<'PY'
 import glob, json, os, sys
 venv = os.environ.get("FORGE_PEX_VENV", "")
 venvs = os.path.dirname(os.path.dirname(os.path.dirname(venv)))  # <shared>/venvs/<v>/<pex>/<python>
-result = {"venv": venv, "venvs": venvs, "runner": sys.prefix, "writes": {}}
+result = {"venv": venv, "venvs": venvs, "writes": {}}
 targets = [os.path.join(venvs, "planted"), os.path.join(venv, "pex"), os.path.join(venv, "__main__.py")]
 targets += glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "sfrunner", "*.py"))
 for path in targets:
@@ -42,6 +42,7 @@ PY
 
 VICTIM = """#!/bin/sh
 echo "$FORGE_PEX_VENV" > "$FORGE_OUT_DIR/venvs"
+tr '\\0' ' ' < /proc/$PPID/cmdline > "$FORGE_OUT_DIR/runner"
 echo ok
 """
 
@@ -64,3 +65,6 @@ async def test_a_job_cannot_change_the_shared_runner_venv() -> None:
         done = await finish(alice, victim.job_id)
         assert done.state == st.JOB_STATE_SUCCEEDED, await alice.logs(victim.job_id)
         assert pathlib.Path(out_dir(c, victim.job_id) / "venvs").read_text().strip() == report["venv"]
+        # and its runner is that venv's own entry, exec'd by bootstrap.sh after the integrity check
+        runner = pathlib.Path(out_dir(c, victim.job_id) / "runner").read_text().split()
+        assert runner == [f"{report['venv']}/bin/python", "-I", f"{report['venv']}/pex"], runner

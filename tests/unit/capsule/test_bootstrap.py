@@ -172,8 +172,8 @@ def test_a_python_older_than_310_exits_98(tmp_path: pathlib.Path) -> None:
     old = tmp_path / "python3.8"
     old.write_text(
         f"#!/bin/sh\nexec {sys.executable} -I -c "
-        "'import sys; sys.version_info = (3, 8, 0, \"final\", 0); p = sys.argv[1]; "
-        "sys.argv = [\"-c\"] + sys.argv[2:]; exec(p)' \"$3\" \"$4\"\n"
+        '\'import sys; sys.version_info = (3, 8, 0, "final", 0); p = sys.argv[1]; '
+        'sys.argv = ["-c"] + sys.argv[2:]; exec(p)\' "$3" "$4"\n'
     )
     old.chmod(0o755)
     proc = run(env | {"FORGE_PYTHON": str(old)})
