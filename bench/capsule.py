@@ -3,9 +3,11 @@ spawning `sh bootstrap.sh`) to the first instruction of the training command (tr
 
 Measured on the trivial jobs of the `submit` row (bench/trivial.py): the executor records the spawn
 time in the attempt's record (`created_at`, taken right before Popen); train.sh writes bash's
-$EPOCHREALTIME as its first instruction. In between: bootstrap.sh (Python version check, integrity
-check of capsule.json and every listed file), runner.pex start (unpacked into the attempt's fresh
-PEX_ROOT), the runner's journal, ingest sender and report socket, and the spawn of `bash train.sh`.
+$EPOCHREALTIME as its first instruction. In between: bootstrap.sh and the one interpreter it
+execs (Python version check, integrity check of capsule.json and every listed file), the runner
+venv the executor installed once per node exec'd from there (or the pex run in that interpreter
+where there is none), the runner's journal and report socket, and the spawn of `bash train.sh`
+(the ingest sender is imported and connects after it).
 
 Peer (a floor): `bash train.sh` spawned directly with Popen, no capsule, measured the same way.
 """

@@ -1,9 +1,11 @@
 """End-to-end throughput: 1,000 trivial jobs submitted at once by 8 clients, until all SUCCEEDED.
 
 Ours: the real embedded console (`sf up`: control plane + local executor, process runtime, its
-4 CPU slots), SQLite ledger. The workspace of a custom/custom job whose train.sh is `true` is
-uploaded once; then 8 clients (one gRPC channel each) submit their share of the jobs one after
-another, all 8 at the same time. A job's submit time is taken on the client right before its
+default CPU slots: one per core, at least 4; `STARFORGE_BENCH_SLOTS=N` sets the `slots` of
+executor.yaml's cpu series, as a user edits it), SQLite ledger. The workspace of a custom/custom
+job whose train.sh is `true` is uploaded once; then 8 clients (one gRPC channel each) submit
+their share of the jobs one after another, all 8 at the same time. A job's submit time is taken
+on the client right before its
 SubmitJob call; its end is the server's SUCCEEDED event time (same machine, same clock), read from
 the ledger once every job has ended. Figures: jobs finished per second (jobs / (last SUCCEEDED -
 first submit)) and the p99 of submit -> SUCCEEDED. The CPU time of the control plane and of the
@@ -46,6 +48,7 @@ from bench.console import Client, Console, running_console
 from common.channel import aio_channel
 
 JOBS = 24 if QUICK else int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "1000"))
+SLOTS = int(os.environ.get("STARFORGE_BENCH_SLOTS", "0"))  # 0: sf up's default
 CLIENTS = 8
 TIMEOUT_S = 1800.0
 STALL_S = 120.0  # no job ended for this long: something is stuck
@@ -152,8 +155,25 @@ async def _ours(console: Console) -> dict[str, Any]:
     }
 
 
+def set_cpu_slots(state_dir: pathlib.Path, slots: int) -> None:
+    """executor.yaml as `sf up` writes it, with the cpu series' slots set to `slots`."""
+    import yaml
+
+    from control.embedded import executor_config
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = executor_config(state_dir, "process")
+    doc = yaml.safe_load(path.read_text())
+    for entry in doc["local"]["inventory"]:
+        if entry["series"] == "cpu":
+            entry["slots"] = slots
+    path.write_text(yaml.safe_dump(doc))
+
+
 def measure_ours() -> dict[str, Any]:
     work = fresh_dir("throughput")
+    if SLOTS:
+        set_cpu_slots(work / "console", SLOTS)
     with running_console(work / "console") as console:
         load = loadavg()
         out = asyncio.run(_ours(console))

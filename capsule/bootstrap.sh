@@ -3,17 +3,21 @@
 #
 #   sh "$FORGE_CAPSULE_DIR/bootstrap.sh"
 #
-# 1. Find the image's Python: $FORGE_PYTHON, else python3, else python (none, or older than
-#    3.10: exit 98).
-# 2. Check capsule.json against $FORGE_CAPSULE_SHA256 (the trust root, from the LaunchRequest),
-#    then every file capsule.json lists (root "capsule" = $FORGE_CAPSULE_DIR, root "workspace" =
-#    $FORGE_WORKSPACE_DIR), with the image's own Python stdlib, before anything else runs. Any
-#    difference: "starforge: capsule integrity check failed: <root>/<path>: expected sha256 <x>,
-#    found <y>" (or ": missing") on stderr, exit 97.
-# 3. exec the runner named in capsule.json (runner-<sha16>.pex, itself a listed, verified file).
+# 1. Find the image's Python: $FORGE_PYTHON, else python3, else python (none: exit 98).
+# 2. exec it once (-I, isolated) with the program below, which in that one interpreter:
+#    a. refuses a Python older than 3.10 (exit 98; the check parses on any Python, 2.7 included);
+#    b. checks capsule.json against $FORGE_CAPSULE_SHA256 (the trust root, from the
+#       LaunchRequest), then every file capsule.json lists (root "capsule" = $FORGE_CAPSULE_DIR,
+#       root "workspace" = $FORGE_WORKSPACE_DIR), with the interpreter's own stdlib, before any
+#       runner code runs. Any difference: "starforge: capsule integrity check failed: <root>/<path>:
+#       expected sha256 <x>, found <y>" (or ": missing") on stderr, exit 97;
+#    c. starts the runner named in capsule.json (runner-<sha16>.pex, itself a listed, verified
+#       file): the runner venv the executor installed for this very runner and interpreter
+#       (FORGE_PEX_VENV, FORGE_PEX_RUNNER, FORGE_PEX_PYTHON: root-owned, not writable by anyone
+#       else, checked here) is exec'd directly; otherwise the pex itself runs in this interpreter
+#       (runpy: what `python -I runner.pex` does, without a second interpreter start).
 #
-# POSIX sh only (dash, busybox ash); no coreutils needed beyond the shell itself (mkdir and ln
-# only where the executor offers a shared runner venv: the process runtime, on its own host).
+# POSIX sh only (dash, busybox ash); no coreutils needed beyond the shell itself.
 
 set -u
 
@@ -41,26 +45,26 @@ else
 	fi
 fi
 
-# Works on any Python, 2.7 included, so that an old one gets a clear message.
-PY_VERSION=$("$PY" -E -c 'import sys; sys.stdout.write("%d %d" % sys.version_info[:2])' 2>/dev/null) || PY_VERSION=""
-PY_MAJOR=${PY_VERSION% *}
-PY_MINOR=${PY_VERSION#* }
-case "$PY_MAJOR$PY_MINOR" in
-'' | *[!0-9]*)
-	say "$PY does not run; the StarForge runner needs Python 3.10 or newer (or set FORGE_PYTHON)"
-	exit 98
-	;;
-esac
-if [ "$PY_MAJOR" -lt 3 ] || { [ "$PY_MAJOR" -eq 3 ] && [ "$PY_MINOR" -lt 10 ]; }; then
-	say "$PY is Python $PY_MAJOR.$PY_MINOR; the StarForge runner needs Python 3.10 or newer (or set FORGE_PYTHON)"
-	exit 98
+# The pex unpacks its wheels under PEX_ROOT; the per-attempt scratch directory is always writable
+# (the image's HOME may not be).
+if [ -z "${PEX_ROOT:-}" ] && [ -n "${FORGE_SCRATCH_DIR:-}" ]; then
+	PEX_ROOT=$FORGE_SCRATCH_DIR/.pex
+	export PEX_ROOT
 fi
 
-# --- 2. Integrity -----------------------------------------------------------------------------
-# Run with -I (isolated): PYTHONPATH and user site-packages cannot replace hashlib or json here.
-# No single quote may appear in this program (it is a single-quoted shell word).
-VERIFY='
-import hashlib, json, os, re, sys
+
+# --- 2. One interpreter: version, integrity, then the runner ----------------------------------
+# -I (isolated): PYTHONPATH, user site-packages and the working directory (the job's workspace)
+# cannot replace hashlib, json or runpy here. No single quote may appear in this program (it is a
+# single-quoted shell word). The version check comes first and parses on any Python; sys.argv[1]
+# is the interpreter as bootstrap found it.
+BOOT='
+import sys
+if sys.version_info < (3, 10):
+    sys.stderr.write("starforge: %s is Python %d.%d; the StarForge runner needs Python 3.10 or newer (or set FORGE_PYTHON)\n" % (sys.argv[1], sys.version_info[0], sys.version_info[1]))
+    sys.exit(98)
+
+import hashlib, json, os, re, stat
 
 CHUNK = 1 << 20
 MAX_REPORTED = 20
@@ -93,82 +97,112 @@ def safe(path):
     return all(part not in ("", ".", "..") for part in path.split("/"))
 
 
-capsule_dir = os.environ["FORGE_CAPSULE_DIR"]
-roots = {"capsule": capsule_dir, "workspace": os.environ["FORGE_WORKSPACE_DIR"]}
-want = os.environ["FORGE_CAPSULE_SHA256"].strip().lower()
-try:
-    with open(os.path.join(capsule_dir, "capsule.json"), "rb") as f:
-        raw = f.read()
-except OSError:
-    fail("capsule/capsule.json: missing")
-found = hashlib.sha256(raw).hexdigest()
-if found != want:
-    fail("capsule/capsule.json: expected sha256 %s, found %s" % (want, found))
-try:
-    doc = json.loads(raw.decode("utf-8"))
-except ValueError as exc:
-    fail("capsule/capsule.json: not valid JSON (%s)" % exc)
-if not isinstance(doc, dict) or doc.get("schema") != "starforge.capsule/v2":
-    fail("capsule/capsule.json: schema is not starforge.capsule/v2")
-files = doc.get("files")
-if not isinstance(files, list):
-    fail("capsule/capsule.json: files is not a list")
-
-bad = []
-verified = set()
-for entry in files:
-    root = entry.get("root") if isinstance(entry, dict) else None
-    path = entry.get("path") if isinstance(entry, dict) else None
-    if root not in roots or not safe(path):
-        fail("capsule/capsule.json: bad file entry %r" % (entry,))
-    want_file = str(entry.get("sha256", "")).lower()
+def verify():
+    """The verified runner file name (capsule.json and every file it lists match), or exit 97."""
+    capsule_dir = os.environ["FORGE_CAPSULE_DIR"]
+    roots = {"capsule": capsule_dir, "workspace": os.environ["FORGE_WORKSPACE_DIR"]}
+    want = os.environ["FORGE_CAPSULE_SHA256"].strip().lower()
     try:
-        got = digest(os.path.join(roots[root], *path.split("/")))
-    except FileNotFoundError:
-        bad.append("%s/%s: missing" % (root, path))
-        continue
-    except OSError as exc:
-        bad.append("%s/%s: unreadable (%s)" % (root, path, exc.strerror or exc))
-        continue
-    if got != want_file:
-        bad.append("%s/%s: expected sha256 %s, found %s" % (root, path, want_file, got))
-    else:
-        verified.add((root, path))
-if bad:
-    for line in bad[:MAX_REPORTED]:
-        say(line)
-    if len(bad) > MAX_REPORTED:
-        say("... and %d more files" % (len(bad) - MAX_REPORTED))
+        with open(os.path.join(capsule_dir, "capsule.json"), "rb") as f:
+            raw = f.read()
+    except OSError:
+        fail("capsule/capsule.json: missing")
+    found = hashlib.sha256(raw).hexdigest()
+    if found != want:
+        fail("capsule/capsule.json: expected sha256 %s, found %s" % (want, found))
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        fail("capsule/capsule.json: not valid JSON (%s)" % exc)
+    if not isinstance(doc, dict) or doc.get("schema") != "starforge.capsule/v2":
+        fail("capsule/capsule.json: schema is not starforge.capsule/v2")
+    files = doc.get("files")
+    if not isinstance(files, list):
+        fail("capsule/capsule.json: files is not a list")
+    bad = []
+    verified = set()
+    for entry in files:
+        root = entry.get("root") if isinstance(entry, dict) else None
+        path = entry.get("path") if isinstance(entry, dict) else None
+        if root not in roots or not safe(path):
+            fail("capsule/capsule.json: bad file entry %r" % (entry,))
+        want_file = str(entry.get("sha256", "")).lower()
+        try:
+            got = digest(os.path.join(roots[root], *path.split("/")))
+        except FileNotFoundError:
+            bad.append("%s/%s: missing" % (root, path))
+            continue
+        except OSError as exc:
+            bad.append("%s/%s: unreadable (%s)" % (root, path, exc.strerror or exc))
+            continue
+        if got != want_file:
+            bad.append("%s/%s: expected sha256 %s, found %s" % (root, path, want_file, got))
+        else:
+            verified.add((root, path))
+    if bad:
+        for line in bad[:MAX_REPORTED]:
+            say(line)
+        if len(bad) > MAX_REPORTED:
+            say("... and %d more files" % (len(bad) - MAX_REPORTED))
+        sys.exit(97)
+    runner = doc.get("runner")
+    if not isinstance(runner, str) or not re.match(r"^runner-[0-9a-f]{16}\.pex$", runner):
+        fail("capsule/capsule.json: runner %r is not runner-<sha16>.pex" % (runner,))
+    if ("capsule", runner) not in verified:
+        fail("capsule/%s: not listed in capsule.json" % runner)
+    return runner
+
+
+def root_only(path):
+    """path, its target and every directory above them are root-owned and writable by root alone
+    (a root-owned sticky directory such as /tmp may be writable by others: nobody else can rename
+    or remove what root put in it)."""
+    try:
+        for p in (path, os.path.realpath(path)):
+            while True:
+                st = os.lstat(p)
+                if st.st_uid != 0:
+                    return False
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    if not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+                        return False
+                parent = os.path.dirname(p)
+                if parent == p:
+                    break
+                p = parent
+    except OSError:
+        return False
+    return True
+
+
+def shared_venv(runner):
+    """The executor-installed venv of this runner for this interpreter, or None: FORGE_PEX_* come
+    from the executor, but the job may set its own environment, so the venv is used only when
+    root owns it and nobody else can change it."""
+    venv = os.environ.get("FORGE_PEX_VENV", "")
+    if not venv.startswith("/") or os.environ.get("FORGE_PEX_RUNNER") != runner:
+        return None
+    if os.environ.get("FORGE_PEX_PYTHON") != sys.argv[1]:
+        return None
+    python, main = os.path.join(venv, "bin", "python"), os.path.join(venv, "pex")
+    if not (root_only(python) and root_only(main) and os.path.isfile(main)):
+        return None
+    return python, main
+
+
+try:
+    runner = verify()
+except SystemExit:
+    raise
+except BaseException as exc:
+    say("the check itself failed: %s: %s" % (type(exc).__name__, exc))
     sys.exit(97)
-
-runner = doc.get("runner")
-if not isinstance(runner, str) or not re.match(r"^runner-[0-9a-f]{16}\.pex$", runner):
-    fail("capsule/capsule.json: runner %r is not runner-<sha16>.pex" % (runner,))
-if ("capsule", runner) not in verified:
-    fail("capsule/%s: not listed in capsule.json" % runner)
-sys.stdout.write(runner)
+pex = os.path.join(os.environ["FORGE_CAPSULE_DIR"], runner)
+venv = shared_venv(runner)
+if venv is not None:
+    os.execv(venv[0], [venv[0], "-I", venv[1]])
+sys.argv[:] = [pex]
+import runpy
+runpy.run_path(pex, run_name="__main__")
 '
-RUNNER=$("$PY" -I -c "$VERIFY")
-STATUS=$?
-if [ "$STATUS" -ne 0 ]; then
-	if [ "$STATUS" -ne 97 ]; then
-		say "capsule integrity check failed: the check itself failed with exit code $STATUS"
-	fi
-	exit 97
-fi
-
-# --- 3. The runner ----------------------------------------------------------------------------
-# The pex unpacks its wheels under PEX_ROOT; the per-attempt scratch directory is always writable
-# (the image's HOME may not be).
-if [ -z "${PEX_ROOT:-}" ] && [ -n "${FORGE_SCRATCH_DIR:-}" ]; then
-	PEX_ROOT=$FORGE_SCRATCH_DIR/.pex
-	export PEX_ROOT
-fi
-# A runner venv the executor installed read-only for this very interpreter (FORGE_PEX_VENVS,
-# FORGE_PEX_PYTHON): linked into this attempt's own PEX_ROOT, pex finds it and execs it at once
-# instead of installing one (seconds). Any other interpreter installs its own, as without it.
-if [ -n "${FORGE_PEX_VENVS:-}" ] && [ "${FORGE_PEX_PYTHON:-}" = "$PY" ] && [ -n "${PEX_ROOT:-}" ] &&
-	[ -d "$FORGE_PEX_VENVS" ] && [ ! -e "$PEX_ROOT/venvs" ] && [ ! -L "$PEX_ROOT/venvs" ]; then
-	{ [ -d "$PEX_ROOT" ] || mkdir -p "$PEX_ROOT"; } && ln -s "$FORGE_PEX_VENVS" "$PEX_ROOT/venvs" || true
-fi
-exec "$PY" -I "$FORGE_CAPSULE_DIR/$RUNNER"
+exec "$PY" -I -c "$BOOT" "$PY"

@@ -44,7 +44,7 @@ RUNNER_SRC = CAPSULE_SRC / "runner"
 BOOTSTRAP = CAPSULE_SRC / "bootstrap.sh"
 SDK = CAPSULE_SRC / "sdk" / "starforge" / "__init__.py"
 REQUIREMENTS = CAPSULE_SRC / "runner-requirements.txt"
-ENTRY_POINT = "sfrunner.main:entry"
+ENTRY_POINT = "sfrunner.boot:entry"
 # Bump when the way the pex is assembled changes, so that old outputs are rebuilt.
 BUILD_FORMAT = "2"
 STATE_FILE = ".build-state.json"

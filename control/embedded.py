@@ -54,7 +54,10 @@ log = logging.getLogger("starforge.embedded")
 REPO = checkout()
 CAPSULE_DIR = REPO / bundled.DEV_CAPSULE_DIR if REPO is not None else None
 RUNTIMES = ("process", "docker")
-CPU_SLOTS = 4
+# The local fleet's CPU slots (jobs at once) when executor.yaml names none: one per core, at least
+# 4 (a job that waits on I/O or the network leaves its core to others). executor.yaml's `slots` of
+# the cpu series is the setting; the console's view of the fleet follows it.
+MIN_CPU_SLOTS = 4
 # Uids the embedded executor runs jobs as, when it runs as root (see the module docstring).
 JOB_UID_RANGE = [200000, 265535]
 
@@ -89,13 +92,29 @@ def _write_default(path: pathlib.Path, text: str) -> None:
         path.write_text(text)
 
 
+def default_cpu_slots() -> int:
+    """CPU slots of a new executor.yaml: this node's cores, at least MIN_CPU_SLOTS."""
+    return max(MIN_CPU_SLOTS, os.cpu_count() or 1)
+
+
+def local_cpu_slots(state_dir: pathlib.Path) -> int:
+    """The cpu series' `slots` in executor.yaml (what the executor enforces), else the default."""
+    try:
+        doc = yaml.safe_load((state_dir / "executor.yaml").read_text()) or {}
+        inventory = doc.get("local", {}).get("inventory", [])
+        slots = next(e.get("slots") for e in inventory if isinstance(e, dict) and e.get("series") == "cpu")
+    except (OSError, yaml.YAMLError, AttributeError, StopIteration):
+        return default_cpu_slots()
+    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else default_cpu_slots()
+
+
 def executor_config(state_dir: pathlib.Path, runtime: str) -> pathlib.Path:
     path = state_dir / "executor.yaml"
     doc: dict[str, dict[str, object]] = {
         "local": {
             "runtime": runtime,
             "state_dir": str(state_dir / "executor"),
-            "inventory": [{"series": "cpu", "gpus": 0, "slots": CPU_SLOTS}],
+            "inventory": [{"series": "cpu", "gpus": 0, "slots": default_cpu_slots()}],
         }
     }
     if runtime == "process" and can_isolate(state_dir):
@@ -263,7 +282,7 @@ def console_config(
                 name="local",
                 kind="local",
                 address=executor_address,
-                inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=CPU_SLOTS)],
+                inventory=[InventoryConfig(series="cpu", nodes=1, gpus_per_node=0, slots=local_cpu_slots(state_dir))],
                 token=executor_token,
                 host_runtime=runtime == "process",
             )

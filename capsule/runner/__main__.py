@@ -1,5 +1,5 @@
 """``python -m sfrunner`` (or ``python -m capsule.runner`` from the repo) runs the runner."""
 
-from .main import entry
+from .boot import entry
 
 entry()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from sfpb.starforge.ingest import v1 as ingest
 
+from .address import parse_address, tls_context
 from .journal import Journal
 
 REPORT_ROUTE = "/starforge.ingest.v1.IngestService/Report"
@@ -37,26 +37,6 @@ COMPLAIN_EVERY = 30.0
 # attempt, or the attempt has already ended. The sender stops instead of retrying until the drain
 # deadline (the journal keeps the records).
 FINAL_REFUSALS = (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """Parse FORGE_INGEST_ADDR ("host:port", "[v6]:port")."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"FORGE_INGEST_ADDR must be host:port, got {address!r}")
-    return host.strip("[]"), int(port)
-
-
-def tls_context(ca_pem: str) -> ssl.SSLContext | None:
-    """TLS trusting exactly the CA the control plane sent (FORGE_INGEST_CA_PEM); None: plaintext."""
-    if not ca_pem:
-        return None
-    try:
-        ctx = ssl.create_default_context(cadata=ca_pem)
-    except (ssl.SSLError, ValueError) as exc:
-        raise ValueError(f"FORGE_INGEST_CA_PEM is not a PEM CA bundle ({exc})") from None
-    ctx.set_alpn_protocols(["h2"])  # gRPC over TLS negotiates HTTP/2 by ALPN
-    return ctx
 
 
 class IngestSender:

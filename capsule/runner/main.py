@@ -20,7 +20,7 @@ import socket
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sfpb.starforge.ingest import v1 as ingest
 
@@ -30,7 +30,6 @@ from .capsule_file import CapsuleSpec, read_capsule
 from .diagnose import FailureHints
 from .environment import training_env
 from .errors import EXIT_PRECHECK, EXIT_RUNNER_ERROR, PrecheckError, RunnerConfigError
-from .ingest import IngestSender
 from .journal import Journal, JournalError
 from .logmetrics import LogMetrics
 from .logs import LogForwarder
@@ -40,6 +39,9 @@ from .reporter import FailureClass, LogStream, Phase, Reporter
 from .runtime_check import check_runtime
 from .settings import RunnerSettings
 from .telemetry import TelemetryListener
+
+if TYPE_CHECKING:
+    from .ingest import IngestSender
 
 # After the command exits, how long processes it left behind may keep its output pipes open.
 PIPE_GRACE_SECONDS = 1.0
@@ -68,6 +70,7 @@ class Runner:
         self._stop_requested = False
         self._stopped_by_us = False
         self._sender: IngestSender | None = None
+        self._command_started = asyncio.Event()
         self._draining = False
 
     async def run(self) -> int:
@@ -82,22 +85,20 @@ class Runner:
         except JournalError as exc:
             print(f"starforge: {exc}; cannot report anything", file=sys.stderr, flush=True)
             return EXIT_RUNNER_ERROR
-        sender = IngestSender(
-            journal,
-            address=self._settings.ingest_addr,
-            token=self._settings.ingest_token,
-            ca_pem=self._settings.ingest_ca_pem,
-            attempt_id=attempt_id,
-            on_signal=self._on_control_signal,
-        )
-        self._sender = sender
-        reporter = self._reporter = Reporter(journal, on_record=sender.notify)
-        sender_task = asyncio.ensure_future(sender.run())
+        reporter = self._reporter = Reporter(journal, on_record=self._notify_sender)
         loop = asyncio.get_running_loop()
         for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_runner_signal, sig)
         try:
-            code = await self._attempt(reporter)
+            attempt = asyncio.ensure_future(self._attempt(reporter))
+            # The training command starts first; the sender (grpclib, h2, ssl) is imported and
+            # connects while it runs. Every record is journaled first, so none waits for it.
+            started = asyncio.ensure_future(self._command_started.wait())
+            await asyncio.wait([attempt, started], return_when=asyncio.FIRST_COMPLETED)
+            started.cancel()
+            sender = self._start_sender(journal, attempt_id)
+            sender_task = asyncio.ensure_future(sender.run())
+            code = await attempt
             self._draining = True
             # Signals stay handled while draining: a stop now shortens the drain, and the exit code
             # stays the command's.
@@ -112,6 +113,25 @@ class Runner:
             sender_task.cancel()
         journal.close()
         return code
+
+    def _start_sender(self, journal: Journal, attempt_id: str) -> IngestSender:
+        """The ingest sender, imported only now (after the command started), told of what is journaled."""
+        from .ingest import IngestSender
+
+        sender = self._sender = IngestSender(
+            journal,
+            address=self._settings.ingest_addr,
+            token=self._settings.ingest_token,
+            ca_pem=self._settings.ingest_ca_pem,
+            attempt_id=attempt_id,
+            on_signal=self._on_control_signal,
+        )
+        sender.notify()
+        return sender
+
+    def _notify_sender(self) -> None:
+        if self._sender is not None:
+            self._sender.notify()
 
     async def _drain(self, sender: IngestSender, journal: Journal) -> None:
         if await sender.drain(self._settings.drain_seconds) or sender.refusal is not None:
@@ -187,6 +207,7 @@ class Runner:
                 return 128 + signal.SIGTERM
             reporter.system(f"starforge: running {command.display}")
             proc = self._proc = await TrainingProcess.start(command.argv, cwd=command.cwd, env=env)
+            self._command_started.set()
             reporter.lifecycle(
                 Phase.COMMAND_STARTED,
                 details={"command": shlex.join(command.argv), "pid": str(proc.pid), "cwd": str(command.cwd)},

@@ -7,8 +7,8 @@ import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .address import parse_address, tls_context
 from .errors import RunnerConfigError
-from .ingest import parse_address, tls_context
 
 DEFAULT_DRAIN_SECONDS = 120.0
 DEFAULT_STOP_GRACE_SECONDS = 10.0

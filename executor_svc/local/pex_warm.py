@@ -7,10 +7,14 @@ so each such attempt got a fresh PEX_ROOT in its scratch directory, and every at
 whole install (~4 s of the capsule's start-up).
 
 Here the executor (root) installs the venv once per node, runner and interpreter into
-`<state>/pex-shared`, owned by root and read-only to every other uid, with its bytecode compiled.
-The attempt keeps its own writable PEX_ROOT (pex insists on one) and bootstrap.sh links the
-shared `venvs` directory into it, but only when the interpreter it picked is the one the venv was
-built for (`FORGE_PEX_PYTHON`); otherwise pex builds its own in the attempt's PEX_ROOT, as before.
+`<state>/pex-shared`, owned by root and read-only to every other uid, with its bytecode compiled,
+and names it to the attempt: `FORGE_PEX_VENV` (the venv directory), `FORGE_PEX_RUNNER` (the
+runner file it was installed from) and `FORGE_PEX_PYTHON` (the interpreter it was built for).
+bootstrap.sh, after its integrity check and in the same interpreter, execs that venv's own entry
+directly (no pex bootstrap, no second interpreter start just to find it), but only for that very
+runner and interpreter and only when root alone can change it; otherwise the pex builds its own
+venv in the attempt's PEX_ROOT, as before. The pex is installed only when its content matches
+the digest its name carries.
 
 The interpreter is the one bootstrap.sh would find on the executor's own PATH. Nothing the job
 chooses is run as root: an attempt whose request sets PATH or FORGE_PYTHON gets no shared venv,
@@ -20,9 +24,11 @@ and the interpreter (and every directory above it) must be root-owned and not wr
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import subprocess
 from collections.abc import Mapping
@@ -32,9 +38,14 @@ log = logging.getLogger("starforge.executor.local.pex_warm")
 
 SHARED_DIR = "pex-shared"
 WARM_TIMEOUT_S = 300.0
-# What bootstrap.sh reads: the shared venvs directory and the interpreter it was built for.
-ENV_VENVS = "FORGE_PEX_VENVS"
+# What bootstrap.sh reads: the venv, the runner it was installed from, the interpreter it was built for.
+ENV_VENV = "FORGE_PEX_VENV"
+ENV_RUNNER = "FORGE_PEX_RUNNER"
 ENV_PYTHON = "FORGE_PEX_PYTHON"
+ENV_KEYS = (ENV_VENV, ENV_RUNNER, ENV_PYTHON)
+RUNNER_NAME = re.compile(r"runner-([0-9a-f]{16})\.pex")
+# Run by the interpreter pex execs into: where the venv is (its sys.prefix).
+INSTALL_PROGRAM = "import sys, sfrunner.main; sys.stdout.write(sys.prefix)"
 
 
 def _safe_for_root(path: Path) -> bool:
@@ -82,7 +93,7 @@ class SharedPex:
 
     def __init__(self, state_dir: Path) -> None:
         self.root = state_dir / SHARED_DIR
-        self._ready: dict[tuple[str, str], bool] = {}
+        self._ready: dict[tuple[str, str], str | None] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def env_for(
@@ -96,27 +107,35 @@ class SharedPex:
             runner = json.loads((capsule_dir / "capsule.json").read_text())["runner"]
         except (OSError, ValueError, KeyError, TypeError):
             return {}
-        if not isinstance(runner, str) or "/" in runner or not runner.endswith(".pex"):
+        if not isinstance(runner, str) or RUNNER_NAME.fullmatch(runner) is None:
             return {}
         key = (runner, python)
         async with self._locks.setdefault(key, asyncio.Lock()):
             if key not in self._ready:
                 self._ready[key] = await asyncio.to_thread(self._install, capsule_dir / runner, python, env)
-        if not self._ready[key]:
+        venv = self._ready[key]
+        if venv is None:
             return {}
-        return {ENV_VENVS: str(self.root / "venvs"), ENV_PYTHON: python}
+        return {ENV_VENV: venv, ENV_RUNNER: runner, ENV_PYTHON: python}
 
-    def _install(self, pex: Path, python: str, env: Mapping[str, str]) -> bool:
+    def _install(self, pex: Path, python: str, env: Mapping[str, str]) -> str | None:
+        """The installed venv's directory, or None."""
+        if not _named_by_its_digest(pex):
+            log.warning("%s does not match the digest in its name: no shared runner venv", pex)
+            return None
         self.root.mkdir(mode=0o755, exist_ok=True)
         st = self.root.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             log.warning("%s is not a directory of this executor's user: no shared runner venv", self.root)
-            return False
+            return None
         os.chmod(self.root, 0o755)  # noqa: S103 - jobs' uids read and run the venv; only we write it
         run_env = {"PATH": env.get("PATH", ""), "PEX_ROOT": str(self.root), "HOME": str(self.root)}
-        install = [python, "-I", str(pex), "-c", "import sfrunner.main"]  # the venv a job's start would make
-        if not self._run(install, {**run_env, "PEX_INTERPRETER": "1"}, pex.name, python):
-            return False
+        install = [python, "-I", str(pex), "-c", INSTALL_PROGRAM]  # the venv a job's start would make
+        prefix = self._run(install, {**run_env, "PEX_INTERPRETER": "1"}, pex.name, python)
+        venv = Path(prefix or "/nonexistent")
+        if not venv.is_relative_to(self.root) or not (venv / "pex").is_file():
+            log.warning("shared runner venv for %s with %s: no venv under %s (%r)", pex.name, python, self.root, prefix)
+            return None
         # The venv's own start appends to its `.last-access` (pex's cache pruning reads its time):
         # a job's uid may not write here, and a file every job could write would be a channel
         # between them. /dev/null takes the append from anybody and keeps nothing.
@@ -127,21 +146,37 @@ class SharedPex:
         # bytecode for every module (a job's uid cannot write __pycache__ here); a miss only costs time
         dirs = [str(self.root / d) for d in ("venvs", "installed_wheels")]
         self._run([python, "-I", "-m", "compileall", "-q", *dirs], run_env, pex.name, python)
-        log.info("shared runner venv for %s with %s ready in %s", pex.name, python, self.root)
-        return True
+        log.info("shared runner venv for %s with %s ready in %s", pex.name, python, venv)
+        return str(venv)
 
     @staticmethod
-    def _run(argv: list[str], env: dict[str, str], runner: str, python: str) -> bool:
+    def _run(argv: list[str], env: dict[str, str], runner: str, python: str) -> str | None:
+        """The command's stdout, or None when it failed."""
         try:
             r = subprocess.run(
                 argv, env=env, capture_output=True, text=True, timeout=WARM_TIMEOUT_S, umask=0o022, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.warning("shared runner venv for %s with %s: %s failed: %s", runner, python, argv[2], exc)
-            return False
+            return None
         if r.returncode != 0:
             tail = (r.stdout + r.stderr)[-2000:]
             what = argv[2]
             log.warning("shared runner venv for %s with %s: %s exited %d: %s", runner, python, what, r.returncode, tail)
-            return False
-        return True
+            return None
+        return r.stdout
+
+
+def _named_by_its_digest(pex: Path) -> bool:
+    """runner-<sha16>.pex whose content has that sha256 prefix: root runs it to install the venv."""
+    match = RUNNER_NAME.fullmatch(pex.name)
+    if match is None:
+        return False
+    h = hashlib.sha256()
+    try:
+        with pex.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return False
+    return h.hexdigest()[:16] == match.group(1)

@@ -40,6 +40,7 @@ from pathlib import Path
 from executor_svc.base import RUNTIME_PROCESS
 from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env, write_token_file
 from executor_svc.local import job_users
+from executor_svc.local.pex_warm import ENV_KEYS as SHARED_PEX_ENV
 from executor_svc.local.pex_warm import SharedPex
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
@@ -214,6 +215,8 @@ class ProcessRuntime(Runtime):
             )
         )
         prefix = await asyncio.to_thread(self._isolate, spec, record, env)
+        for key in SHARED_PEX_ENV:  # only the executor names a shared runner venv, never the job
+            env.pop(key, None)
         if self._shared_pex is not None and "PEX_ROOT" not in spec.request.env:
             env.update(await self._shared_pex.env_for(dirs.capsule, env, spec.request.env))
         # Readable by the attempt's own uid only (the runner reads and deletes it).

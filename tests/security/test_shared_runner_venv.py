@@ -1,14 +1,13 @@
 """The runner venv the executor shares between jobs of different uids (executor_svc/local/pex_warm.py).
 
 The hostile tenant is bob's job: it finds the shared venv through its own environment
-(FORGE_PEX_VENVS) and the link in its own PEX_ROOT, and tries to change the code the next job will run
+(FORGE_PEX_VENV, the venv bootstrap.sh started), and tries to change the code the next job will run
 (the runner's modules, the venv's interpreter link, its `.last-access`), or to leave a file there.
 Every write must be refused, and alice's job, started after it, must run from the same shared venv.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 from starforge_api.job.v1 import job_state_pb2 as st
@@ -19,12 +18,11 @@ ATTACK = r"""#!/bin/sh
 set -u
 python3 - "$FORGE_OUT_DIR/attack.json" <<'PY'
 import glob, json, os, sys
-venvs = os.environ.get("FORGE_PEX_VENVS", "")
-linked = os.path.realpath(os.path.join(os.environ["FORGE_SCRATCH_DIR"], ".pex", "venvs"))  # the runner strips PEX_*
-result = {"venvs": venvs, "linked": linked, "writes": {}}
-targets = [os.path.join(venvs, "planted")]
-targets += glob.glob(os.path.join(venvs, "*", "*", "*", "lib", "python*", "site-packages", "sfrunner", "main.py"))
-targets += glob.glob(os.path.join(venvs, "*", "*", "*", "__main__.py"))
+venv = os.environ.get("FORGE_PEX_VENV", "")
+venvs = os.path.dirname(os.path.dirname(os.path.dirname(venv)))  # <shared>/venvs/<v>/<pex>/<python>
+result = {"venv": venv, "venvs": venvs, "writes": {}}
+targets = [os.path.join(venvs, "planted"), os.path.join(venv, "pex"), os.path.join(venv, "__main__.py")]
+targets += glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "sfrunner", "*.py"))
 for path in targets:
     try:
         with open(path, "a") as f:
@@ -32,7 +30,7 @@ for path in targets:
         result["writes"][path] = "done"
     except OSError as exc:
         result["writes"][path] = exc.strerror
-for d in glob.glob(os.path.join(venvs, "*", "*", "*", "bin")):
+for d in [os.path.join(venv, "bin")]:
     try:
         os.symlink("/bin/true", os.path.join(d, "python-planted"))
         result["writes"][d] = "done"
@@ -43,7 +41,8 @@ PY
 """
 
 VICTIM = """#!/bin/sh
-echo "$FORGE_PEX_VENVS" > "$FORGE_OUT_DIR/venvs"
+echo "$FORGE_PEX_VENV" > "$FORGE_OUT_DIR/venvs"
+tr '\\0' ' ' < /proc/$PPID/cmdline > "$FORGE_OUT_DIR/runner"
 echo ok
 """
 
@@ -57,12 +56,15 @@ async def test_a_job_cannot_change_the_shared_runner_venv() -> None:
         report = read_json(out_dir(c, attack.job_id) / "attack.json")
         shared = state_dir(c) / "pex-shared" / "venvs"
         assert report["venvs"] == str(shared), report  # the job did start from the shared venv
-        assert report["linked"] == os.path.realpath(shared), report
-        assert len(report["writes"]) >= 3, report  # it found the runner, the venv's main and its bin
+        assert pathlib.Path(report["venv"]).is_relative_to(shared), report
+        assert len(report["writes"]) >= 5, report  # it found the runner's modules, the venv's mains and its bin
         assert set(report["writes"].values()) == {"Permission denied"}, report
         assert not (shared / "planted").exists()
 
         victim = await submit(alice, VICTIM)
         done = await finish(alice, victim.job_id)
         assert done.state == st.JOB_STATE_SUCCEEDED, await alice.logs(victim.job_id)
-        assert pathlib.Path(out_dir(c, victim.job_id) / "venvs").read_text().strip() == str(shared)
+        assert pathlib.Path(out_dir(c, victim.job_id) / "venvs").read_text().strip() == report["venv"]
+        # and its runner is that venv's own entry, exec'd by bootstrap.sh after the integrity check
+        runner = pathlib.Path(out_dir(c, victim.job_id) / "runner").read_text().split()
+        assert runner == [f"{report['venv']}/bin/python", "-I", f"{report['venv']}/pex"], runner

@@ -44,7 +44,7 @@ def test_every_wheel_in_the_pex_is_pure(capsule_manifest: dict[str, Any]) -> Non
     assert "sfrunner/adapters/custom.py" in names
     assert "sfpb/starforge/ingest/v1/__init__.py" in names
     assert not any(name.endswith((".so", ".pyd", ".pyc")) for name in names)
-    assert info["entry_point"] == "sfrunner.main:entry"
+    assert info["entry_point"] == "sfrunner.boot:entry"
 
 
 def _build(out: pathlib.Path) -> subprocess.CompletedProcess[str]:

@@ -167,8 +167,14 @@ def test_no_python_in_the_image_exits_98(tmp_path: pathlib.Path) -> None:
 
 def test_a_python_older_than_310_exits_98(tmp_path: pathlib.Path) -> None:
     env, _ = make_capsule(tmp_path, {"a": b"a"})
+    # A Python 3.8 stand-in: the real interpreter, reporting 3.8, runs what bootstrap gives it
+    # (`-I -c PROGRAM PY`), so that the program's own first check is what refuses it.
     old = tmp_path / "python3.8"
-    old.write_text('#!/bin/sh\nprintf "3 8"\n')
+    old.write_text(
+        f"#!/bin/sh\nexec {sys.executable} -I -c "
+        '\'import sys; sys.version_info = (3, 8, 0, "final", 0); p = sys.argv[1]; '
+        'sys.argv = ["-c"] + sys.argv[2:]; exec(p)\' "$3" "$4"\n'
+    )
     old.chmod(0o755)
     proc = run(env | {"FORGE_PYTHON": str(old)})
     assert proc.returncode == 98
@@ -210,3 +216,63 @@ def test_capsule_files_entries_match_the_layout(tmp_path: pathlib.Path) -> None:
     assert describe_file(tmp_path, "x.sh") == FileEntry(
         "x.sh", hashlib.sha256(b"echo\n").hexdigest(), 5, executable=True
     )
+
+
+def _offered_venv(root: pathlib.Path, env: dict[str, str], runner: str = RUNNER) -> pathlib.Path:
+    """A stand-in runner venv (bin/python, pex) named to bootstrap.sh as the executor names one."""
+    venv = root / "shared" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "pex").write_text('import sys\nprint("VENV RAN isolated=%d" % sys.flags.isolated)\n')
+    env.update(FORGE_PYTHON=sys.executable, FORGE_PEX_PYTHON=sys.executable, FORGE_PEX_VENV=str(venv))
+    env["FORGE_PEX_RUNNER"] = runner
+    return venv
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the venv must be root-owned: needs root")
+
+
+@root_only
+def test_the_offered_venv_of_this_runner_is_exec_d_directly(tmp_path: pathlib.Path) -> None:
+    env, _ = make_capsule(tmp_path, {"a": b"a"})
+    _offered_venv(tmp_path, env)
+    proc = run(env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "VENV RAN isolated=1"
+
+
+@root_only
+def test_a_tampered_runner_is_refused_before_the_offered_venv_runs(tmp_path: pathlib.Path) -> None:
+    env, _ = make_capsule(tmp_path, {"a": b"a"})
+    _offered_venv(tmp_path, env)
+    (pathlib.Path(env["FORGE_CAPSULE_DIR"]) / RUNNER).write_text("print('tampered')\n")
+    proc = run(env)
+    assert proc.returncode == 97
+    assert f"capsule/{RUNNER}: expected sha256" in proc.stderr
+    assert proc.stdout == ""
+
+
+@root_only
+def test_a_venv_someone_else_can_change_is_not_used(tmp_path: pathlib.Path) -> None:
+    """What a job could offer through its own environment: a venv it owns, or one in a directory it
+    may write. The pex itself runs instead."""
+    env, _ = make_capsule(tmp_path, {"a": b"a"})
+    venv = _offered_venv(tmp_path, env)
+    os.chown(venv / "pex", 65534, 65534)
+    proc = run(env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("RUNNER OK")
+    os.chown(venv / "pex", 0, 0)
+    venv.parent.chmod(0o777)
+    proc = run(env)
+    assert proc.stdout.startswith("RUNNER OK"), proc.stderr
+
+
+@root_only
+def test_the_venv_of_another_runner_or_interpreter_is_not_used(tmp_path: pathlib.Path) -> None:
+    env, _ = make_capsule(tmp_path, {"a": b"a"})
+    _offered_venv(tmp_path, env, runner="runner-fedcba9876543210.pex")
+    assert run(env).stdout.startswith("RUNNER OK")
+    env["FORGE_PEX_RUNNER"] = RUNNER
+    env["FORGE_PEX_PYTHON"] = "/usr/bin/python-other"
+    assert run(env).stdout.startswith("RUNNER OK")

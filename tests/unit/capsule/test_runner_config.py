@@ -8,10 +8,10 @@ import pathlib
 import pytest
 
 from capsule.runner.adapters import AdapterContext, get_adapter
+from capsule.runner.address import parse_address
 from capsule.runner.capsule_file import CapsuleSpec, RunSpec
 from capsule.runner.environment import training_env
 from capsule.runner.errors import PrecheckError, RunnerConfigError
-from capsule.runner.ingest import parse_address
 from capsule.runner.process import exit_status
 from capsule.runner.settings import RunnerSettings
 from capsule.wheelhouse import BuildError, Pin, check_pure, parse_requirements
