@@ -83,3 +83,45 @@ def _read(path: pathlib.Path) -> dict[str, tuple[Key, str]]:
         return out
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
+
+
+class AdmittedWorkspaces:
+    """The manifest digest each console last admitted for this lab, by console address.
+
+    An unchanged lab is then submitted by that digest alone (SubmitJob's workspace_digest) instead
+    of its whole file list. A stale or foreign entry costs one refused call and a full submit (the
+    console decides what the caller may name), so like the hash cache this is only an
+    optimisation: a missing, corrupt or unwritable file is ignored.
+    """
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+        self._by_console: dict[str, str] = {}
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("version") == CACHE_VERSION:
+                self._by_console = {str(k): str(v) for k, v in data["admitted"].items()}
+
+    def get(self, console: str) -> str:
+        """The digest `console` last admitted for this lab ("" when none is known)."""
+        return self._by_console.get(console, "")
+
+    def remember(self, console: str, digest: str) -> None:
+        """Record (atomically) that `console` admitted the manifest `digest`; "" forgets it."""
+        if self._by_console.get(console, "") == digest:
+            return
+        if digest:
+            self._by_console[console] = digest
+        else:
+            self._by_console.pop(console, None)
+        data = {"version": CACHE_VERSION, "admitted": self._by_console}
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".admitted-", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(data, f, separators=(",", ":"))
+                os.replace(tmp, self.path)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)

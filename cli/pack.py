@@ -29,6 +29,7 @@ from common.hashing import MAX_BLOB_BYTES
 
 STATE_DIR = ".starforge"  # per-lab client state (hash cache), gitignored by `sf init`
 CACHE_FILE = f"{STATE_DIR}/cache/hashes.json"
+ADMITTED_FILE = f"{STATE_DIR}/cache/admitted.json"  # the manifest digest each console last admitted
 ALWAYS_SKIPPED = (".git", STATE_DIR)
 MAX_LISTED = 20
 MAX_UNTRACKED_RECORDED = 1000

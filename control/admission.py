@@ -551,16 +551,21 @@ def check_pools(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool]) -> None:
     check_shapes(recipe, pools)
 
 
-def check_blobs(manifest: workspace_pb2.WorkspaceManifest, store: BlobStore) -> None:
-    """Every file was uploaded, with the size the manifest claims."""
-    sizes = store.sizes(sorted({f.sha256 for f in manifest.files}))
+def check_blobs_present(sizes: Mapping[str, int | None], what: str) -> None:
+    """Refuse (MISSING_BLOB) when a blob of `sizes` (BlobStore.sizes) is not stored."""
     missing = [d for d, size in sizes.items() if size is None]
     if missing:
         raise errors.FailedPrecondition(
-            f"{len(missing)} workspace file(s) were not uploaded (first: {missing[0][:12]}); submit again with sf",
+            f"{len(missing)} {what} file(s) were not uploaded (first: {missing[0][:12]}); submit again with sf",
             reason=er.ERROR_REASON_MISSING_BLOB,
             precondition_violations=tuple(errors.PreconditionViolation("BLOB", d, "missing") for d in missing[:20]),
         )
+
+
+def check_blobs(manifest: workspace_pb2.WorkspaceManifest, store: BlobStore) -> None:
+    """Every file was uploaded, with the size the manifest claims."""
+    sizes = store.sizes(sorted({f.sha256 for f in manifest.files}))
+    check_blobs_present(sizes, "workspace")
     bad = Violations()
     for i, f in enumerate(manifest.files):
         with bad.collect():
