@@ -40,6 +40,16 @@ class HashCache:
 
     def digest(self, rel: str, real: pathlib.Path, st: os.stat_result) -> str:
         """sha256 of `real` (known as `rel`), from the cache when its stat key is unchanged."""
+        cached = self.known(rel, st)
+        if cached is not None:
+            return cached
+        digest = self.hasher(real)
+        self.add(rel, st, digest)
+        return digest
+
+    def known(self, rel: str, st: os.stat_result) -> str | None:
+        """The cached digest of `rel` when its stat key is unchanged (a hit), else None (a miss:
+        the caller hashes the file and calls `add`)."""
         key: Key = (st.st_size, st.st_mtime_ns, st.st_ino)
         cached = self._old.get(rel)
         if cached is not None and cached[0] == key:
@@ -47,10 +57,13 @@ class HashCache:
             self._new[rel] = cached
             return cached[1]
         self.misses += 1
-        digest = self.hasher(real)
+        return None
+
+    def add(self, rel: str, st: os.stat_result, digest: str) -> None:
+        """Remember the digest just computed for `rel` as it was at `st` (not when modified within
+        the racy window)."""
         if time.time_ns() - st.st_mtime_ns > RACY_WINDOW_NS:
-            self._new[rel] = (key, digest)
-        return digest
+            self._new[rel] = ((st.st_size, st.st_mtime_ns, st.st_ino), digest)
 
     def save(self) -> None:
         """Write the cache atomically; failures are ignored (it is only a cache)."""

@@ -15,7 +15,7 @@ import os
 import pathlib
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from starforge_api.job.v1 import workspace_pb2
 
@@ -42,9 +42,10 @@ class PackedFile:
 
     path: str
     real: pathlib.Path
-    sha256: str
+    sha256: str  # "" while not hashed yet (pack_lab's defer_hashing)
     size: int
     executable: bool
+    stat: os.stat_result | None = field(default=None, compare=False, repr=False)  # what was hashed
 
     @property
     def mode(self) -> str:
@@ -62,6 +63,23 @@ class Pack:
     untracked: list[str] = field(default_factory=list)  # untracked files that were not packed
     warnings: list[str] = field(default_factory=list)
     cache_hits: int = 0
+    cache: HashCache | None = field(default=None, repr=False)
+
+    @property
+    def unhashed(self) -> list[PackedFile]:
+        """Files whose digest the hash cache did not know (packed with defer_hashing)."""
+        return [f for f in self.files if not f.sha256]
+
+    def hashed(self, digests: dict[str, str]) -> None:
+        """Fill in the digests computed after packing (path -> sha256, for every unhashed file):
+        the files, the manifest, and the hash cache on disk."""
+        self.files = [f if f.sha256 else replace(f, sha256=digests[f.path]) for f in self.files]
+        if self.cache is not None:
+            for f in self.files:
+                if f.path in digests and f.stat is not None:
+                    self.cache.add(f.path, f.stat, f.sha256)
+            self.cache.save()
+        self.manifest = to_manifest(self.files)
 
 
 def manifest_digest(files: Iterable[PackedFile]) -> str:
@@ -143,8 +161,11 @@ def _included(root: pathlib.Path, patterns: list[globs.Pattern]) -> set[str]:
 class _Collector:
     """Resolves candidate paths into real files, gathering every refusal before raising."""
 
-    def __init__(self, root: pathlib.Path, exclude: list[globs.Pattern], cache: HashCache) -> None:
+    def __init__(
+        self, root: pathlib.Path, exclude: list[globs.Pattern], cache: HashCache, defer_hashing: bool = False
+    ) -> None:
         self.root = root
+        self.defer_hashing = defer_hashing
         self.real_root = root.resolve()
         self.exclude = exclude
         self.cache = cache
@@ -199,9 +220,9 @@ class _Collector:
         if st.st_size > MAX_BLOB_BYTES:  # refused by size alone: never read (it may be sparse)
             self.too_big.append(f"{rel} ({st.st_size / (1 << 30):.1f} GiB)")
             return
-        digest = self.cache.digest(rel, real, st)
+        digest = (self.cache.known(rel, st) or "") if self.defer_hashing else self.cache.digest(rel, real, st)
         executable = bool(st.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
-        self.files[rel] = PackedFile(rel, real, digest, st.st_size, executable)
+        self.files[rel] = PackedFile(rel, real, digest, st.st_size, executable, st)
 
     def refuse_problems(self, what: str) -> None:
         if self.bad_paths:
@@ -251,8 +272,13 @@ def pack_lab(
     allow_dirty: bool = False,
     use_cache: bool = True,
     cache: HashCache | None = None,
+    defer_hashing: bool = False,
 ) -> Pack:
-    """Pack the lab at `root` from git (see the module docstring)."""
+    """Pack the lab at `root` from git (see the module docstring).
+
+    `defer_hashing`: files the hash cache does not know are left unhashed (sha256 "", the
+    manifest empty) for the caller to hash while it uploads, then record with `Pack.hashed`;
+    every refusal (paths, links, sizes, secrets) has happened already."""
     git = read_state(root)
     changed = [c for c in git.changed if not _skipped(c.split(" ", 1)[-1])]
     if changed and not allow_dirty:
@@ -265,14 +291,16 @@ def pack_lab(
     exclude = globs.compile_all(settings.exclude)
     if cache is None:
         cache = HashCache(root / CACHE_FILE if use_cache else None)
-    collector = _Collector(root, exclude, cache)
+    collector = _Collector(root, exclude, cache, defer_hashing)
     candidates = set(git.tracked) | (_included(root, include) if include else set())
     for rel in sorted(candidates):
         collector.add(rel)
     collector.refuse_problems("the lab")
     _refuse_sensitive(collector.files, "the lab")
     files = sorted(collector.files.values(), key=lambda f: f.path)
-    cache.save()
+    complete = all(f.sha256 for f in files)
+    if complete:
+        cache.save()
     warnings: list[str] = []
     if collector.missing:
         warnings.append(
@@ -289,12 +317,13 @@ def pack_lab(
         )
     return Pack(
         files=files,
-        manifest=to_manifest(files),
+        manifest=to_manifest(files) if complete else workspace_pb2.WorkspaceManifest(),
         git=git,
         dirty=bool(changed),
         untracked=untracked[:MAX_UNTRACKED_RECORDED],
         warnings=warnings,
         cache_hits=cache.hits,
+        cache=cache,
     )
 
 

@@ -26,7 +26,7 @@ from cli.hashcache import AdmittedWorkspaces
 from cli.lab import Lab
 from cli.output import Output, message_to_dict
 from cli.pack import ADMITTED_FILE, Pack, pack_lab
-from cli.upload import UploadStats, upload_files
+from cli.upload import UploadStats, hash_and_upload, hash_small_change, upload_files
 from cli.validate import check_against_console
 
 
@@ -80,7 +80,8 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     files = specmod.read_experiment(lab, opts)
     specmod.observability(files.config, opts.observability_url, validate=opts.validate, tool=opts.observability_tool)
     state.require_token()  # no token: refuse before packing
-    pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty)
+    # files the hash cache does not know are hashed while they upload (hash_and_upload)
+    pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty, defer_hashing=True)
     client = state.client()  # after packing: no gRPC threads alive while git is forked
     lab = _with_project(lab, client)
     for warning in pack.warnings:
@@ -99,9 +100,11 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
                 asked_version=opts.framework_version,
             )
     admitted = AdmittedWorkspaces(lab.root / ADMITTED_FILE)
-    by_digest = bool(pack.files) and admitted.get(client.address) == pack.manifest.digest
+    hash_small_change(pack)
+    known = bool(pack.files) and not pack.unhashed
+    by_digest = known and admitted.get(client.address) == pack.manifest.digest
     # an unchanged lab the console admitted before: nothing to ask about, nothing to upload
-    stats = UploadStats(0, 0, len(pack.files)) if by_digest else upload_files(client, pack.files, out)
+    stats = UploadStats(0, 0, len(pack.files)) if by_digest else hash_and_upload(client, pack, out)
     if not by_digest:
         out.info(stats.summary())
     if opts.upgrade_recipe:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import pathlib
@@ -18,9 +19,14 @@ from starforge_api.control.v1 import blob_service_pb2 as blob
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_spec_pb2
 
-from cli.pack import ADMITTED_FILE
+from cli.client import Client
+from cli.errors import CliError
+from cli.lab import find_lab
+from cli.output import Output
+from cli.pack import ADMITTED_FILE, Pack, pack_lab
+from cli.upload import CHUNK, hash_and_upload
 from common.channel import bearer
-from common.hashing import manifest_text
+from common.hashing import manifest_digest, manifest_text
 from common.rpc_status import from_rpc_error
 from tests.integration.console import Console, console, git
 
@@ -145,3 +151,44 @@ async def test_another_user_cannot_name_a_workspace_by_its_digest(tmp_path: path
 async def _create_user(c: Console, name: str) -> str:
     r = await acc_grpc.AccountServiceStub(c.channel).CreateUser(acc.CreateUserRequest(name=name), metadata=c.md)
     return str(r.token)
+
+
+async def test_the_pipelined_upload_names_a_file_that_changed(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        large = "L" * (CHUNK + 10)  # hashed first, read again to be sent in chunks
+        lab = await c.lab("exp", files={"a/small.txt": "s" * 100, "b/large.bin": large})
+        found = find_lab(lab)
+        client = Client(c.address, c.token)
+
+        def packed() -> Pack:
+            p = pack_lab(found.root, found.settings, defer_hashing=True, use_cache=False)
+            assert len(p.unhashed) == len(p.files)  # everything goes through the pipeline
+            return p
+
+        # a size that changed after packing, before the file was read and hashed
+        pack = packed()
+        (lab / "a" / "small.txt").write_text("longer now " * 20)
+        with pytest.raises(CliError, match=r"a/small\.txt changed while it was being uploaded"):
+            await asyncio.to_thread(hash_and_upload, client, pack, Output())
+        (lab / "a" / "small.txt").write_text("s" * 100)
+
+        # content that changed after it was hashed, while the blobs before it were being sent:
+        # the console's check of the digest refuses it, and the error names the file
+        pack = packed()
+
+        def rewrite(n: int) -> None:
+            (lab / "b" / "large.bin").write_text("M" * len(large))
+
+        with pytest.raises(CliError, match=r"b/large\.bin changed while it was being uploaded"):
+            await asyncio.to_thread(hash_and_upload, client, pack, Output(), rewrite)
+        (lab / "b" / "large.bin").write_text(large)
+
+        # unchanged: every file hashed and sent in one pass, the manifest complete
+        pack = packed()
+        stats = await asyncio.to_thread(hash_and_upload, client, pack, Output())
+        assert not pack.unhashed and len(pack.manifest.files) == len(pack.files)
+        assert pack.manifest.digest == manifest_digest((f.path, f.sha256, f.executable) for f in pack.files)
+        assert stats.files_uploaded + stats.files_unchanged == len(pack.files)
+        for f in pack.files:
+            assert c.app.ctx.store.read_bytes(f.sha256) == (lab / f.path).read_bytes()
+        client.close()
