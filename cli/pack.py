@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,7 @@ class PackedFile:
     """One file of a workspace: where it is on disk and what it hashes to."""
 
     path: str
-    real: pathlib.Path
+    real: str | pathlib.Path  # a plain string for most files: one pathlib object per file was a cost
     sha256: str  # "" while not hashed yet (pack_lab's defer_hashing)
     size: int
     executable: bool
@@ -102,8 +103,14 @@ def to_manifest(files: list[PackedFile]) -> workspace_pb2.WorkspaceManifest:
     )
 
 
+# Anything path_problem could object to: most paths do not match, and are fine with one search.
+_ODD_PATH = re.compile(r"^/|[\n\r\0]|(?:^|/)\.{0,2}(?:/|$)")
+
+
 def path_problem(rel: str) -> str | None:
     """Why `rel` cannot be a workspace path, or None when it is fine."""
+    if _ODD_PATH.search(rel) is None:
+        return None
     if not rel:
         return "empty path"
     if rel.startswith("/"):
@@ -165,6 +172,7 @@ class _Collector:
         self, root: pathlib.Path, exclude: list[globs.Pattern], cache: HashCache, defer_hashing: bool = False
     ) -> None:
         self.root = root
+        self.root_prefix = os.fspath(root) + "/"
         self.defer_hashing = defer_hashing
         self.real_root = root.resolve()
         self.exclude = exclude
@@ -182,14 +190,14 @@ class _Collector:
         if problem:
             self.bad_paths.append(f"{rel!r}: {problem}")
             return
-        path = self.root / rel
+        path = self.root_prefix + rel  # plain strings: this runs once per file of the lab
         try:
-            st = path.lstat()
+            st = os.lstat(path)
         except FileNotFoundError:
             self.missing.append(rel)
             return
         if stat.S_ISLNK(st.st_mode):
-            self._add_link(rel, path, depth)
+            self._add_link(rel, pathlib.Path(path), depth)
         elif stat.S_ISREG(st.st_mode):
             self._add_file(rel, path, st)  # not a link: lstat is stat (one syscall per file, not two)
         # anything else (a folder from a submodule, a fifo, a socket) is not content: skipped
@@ -216,7 +224,7 @@ class _Collector:
         elif real.is_file():
             self._add_file(rel, real, real.stat())
 
-    def _add_file(self, rel: str, real: pathlib.Path, st: os.stat_result) -> None:
+    def _add_file(self, rel: str, real: str | pathlib.Path, st: os.stat_result) -> None:
         if st.st_size > MAX_BLOB_BYTES:  # refused by size alone: never read (it may be sparse)
             self.too_big.append(f"{rel} ({st.st_size / (1 << 30):.1f} GiB)")
             return

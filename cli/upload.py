@@ -117,7 +117,7 @@ def blob_chunks(
 
 def _read_whole(blob: PackedFile, problems: list[str] | None) -> bytes | None:
     try:
-        with blob.real.open("rb") as f:
+        with open(blob.real, "rb") as f:
             data = f.read(blob.size + 1)
     except OSError as exc:
         if problems is not None:
@@ -133,7 +133,7 @@ def _read_whole(blob: PackedFile, problems: list[str] | None) -> bytes | None:
 def _chunked(blob: PackedFile, problems: list[str] | None) -> Iterator[blob_service_pb2.UploadBlobsRequest | None]:
     """A large blob's chunks; None (and a problem) when the file cannot be read whole."""
     try:
-        f = blob.real.open("rb")
+        f = open(blob.real, "rb")  # noqa: SIM115 (closed by the `with f` below)
     except OSError as exc:
         if problems is not None:
             problems.append(f"{blob.path}: {exc.strerror}")

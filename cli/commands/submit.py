@@ -105,8 +105,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     by_digest = known and admitted.get(client.address) == pack.manifest.digest
     # an unchanged lab the console admitted before: nothing to ask about, nothing to upload
     stats = UploadStats(0, 0, len(pack.files)) if by_digest else hash_and_upload(client, pack, out)
-    if not by_digest:
-        out.info(stats.summary())
+    out.info(stats.summary())
     if opts.upgrade_recipe:
         files.lock = _upgrade_lock(client, files, opts.framework_version, out)
     spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides)
@@ -164,7 +163,7 @@ def _submit_job(
         if err.reason != "MISSING_BLOB":
             raise
     stats = upload_files(client, pack.files, out)
-    out.info(stats.summary())
+    out.info(f"the console no longer has this workspace for you: {stats.summary()}")
     request.ClearField("workspace_digest")
     request.spec.workspace.CopyFrom(pack.manifest)
     return client.call(client.control.SubmitJob, request), stats
