@@ -55,8 +55,8 @@ export type SubmitJobRequest = Message<"starforge.control.v1.SubmitJobRequest"> 
 
   /**
    * The workspace by reference: the digest of a WorkspaceManifest this console admitted for the
-   * caller in an earlier SubmitJob (the console keeps each admitted manifest as a blob the
-   * submitter owns). spec.workspace must then list no files; the console fills it in from the
+   * caller in an earlier SubmitJob (the console keeps each manifest it queues a job with, when the
+   * spec set its digest, as a blob the submitter owns). spec.workspace must then list no files; the console fills it in from the
    * stored manifest and admits the job as if the files had been sent: every file's blob must be
    * present and readable by the caller, every path rule applies again. The response's job lists
    * no workspace files (GetJob has them). Errors: INVALID_ARGUMENT (not 64 lowercase hex
