@@ -585,8 +585,12 @@ def admit(
     store: BlobStore,
     executors: ExecutorPool,
     hub: hf.HubChecker | None = None,
+    *,
+    blobs_checked: bool = False,
 ) -> Admitted:
-    """All checks; returns what the ledger needs to queue the job.
+    """All checks; returns what the ledger needs to queue the job. `blobs_checked`: the caller
+    has just taken every file's size from its stored blob (a workspace named by digest), so
+    presence and sizes need no second look.
 
     Every field check runs, so one INVALID_ARGUMENT lists every bad field; a check that needs a
     field that was bad (the pools for the batch size) is skipped.
@@ -626,7 +630,8 @@ def admit(
     assert runtime is not None
     assert resolved is not None
     assert image is not None
-    check_blobs(spec.workspace, store)
+    if not blobs_checked:
+        check_blobs(spec.workspace, store)
     fill_manifest_totals(spec.workspace)
     check_queue(spec, cfg)
     host_only = image.source == job_pb2.IMAGE_SOURCE_HOST_RUNTIME

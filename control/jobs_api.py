@@ -115,7 +115,7 @@ class JobsApi:
             ),
             parallel=ctx.db.workers,
         )
-        self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec], admission.Admitted] = Batched(
+        self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec, bool], admission.Admitted] = Batched(
             lambda items: asyncio.to_thread(per_item, lambda it: self._admission(*it), items)
         )
 
@@ -156,9 +156,9 @@ class JobsApi:
                 spec.workspace.CopyFrom(await self._stored_workspace(principal, spec, workspace_digest))
             spec, manifest_kept = await self.pre_reads.submit((principal, spec))
             if self.hub is None:
-                admitted = await self.admissions.submit((principal, spec))
+                admitted = await self.admissions.submit((principal, spec, bool(workspace_digest)))
             else:
-                admitted = await asyncio.to_thread(self._admission, principal, spec)
+                admitted = await asyncio.to_thread(self._admission, principal, spec, bool(workspace_digest))
             if spec.secrets:  # no database round trip for the jobs that name none
                 await self.ctx.db.run(lambda s: secrets.check_refs(s, spec, principal.user))
         except errors.StarforgeError as e:
@@ -228,9 +228,20 @@ class JobsApi:
         if not owned:
             await self.ctx.db.run(lambda s: blob_access.record(s, principal.user, [stored]))
 
-    def _admission(self, principal: Principal, spec: job_spec_pb2.JobSpec) -> admission.Admitted:
+    def _admission(
+        self, principal: Principal, spec: job_spec_pb2.JobSpec, by_digest: bool = False
+    ) -> admission.Admitted:
+        """Admission; `by_digest`: the workspace was just loaded from its stored manifest, each
+        file's size read from its blob (`_read_manifest`)."""
         return admission.admit(
-            spec, principal, self.ctx.cfg, self.ctx.catalog, self.ctx.store, self.ctx.executors, self.hub
+            spec,
+            principal,
+            self.ctx.cfg,
+            self.ctx.catalog,
+            self.ctx.store,
+            self.ctx.executors,
+            self.hub,
+            blobs_checked=by_digest,
         )
 
     def _admitted_columns(self, spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> dict[str, Any]:

@@ -176,8 +176,12 @@ async def test_the_pipelined_upload_names_a_file_that_changed(tmp_path: pathlib.
         # the console's check of the digest refuses it, and the error names the file
         pack = packed()
 
-        def rewrite(n: int) -> None:
-            (lab / "b" / "large.bin").write_text("M" * len(large))
+        rewritten: list[int] = []
+
+        def rewrite(n: int) -> None:  # once: grpc may still drain the stream after the refusal
+            if not rewritten:
+                rewritten.append(n)
+                (lab / "b" / "large.bin").write_text("M" * len(large))
 
         with pytest.raises(CliError, match=r"b/large\.bin changed while it was being uploaded"):
             await asyncio.to_thread(hash_and_upload, client, pack, Output(), rewrite)
