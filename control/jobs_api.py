@@ -17,7 +17,7 @@ from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
 from common.hashing import is_digest, manifest_text, parse_manifest_text
-from control import admission, blob_access, datasets, hf, job_history, rate_limit, secrets
+from control import admission, auth, blob_access, datasets, hf, job_history, rate_limit, secrets
 from control import metrics as prom
 from control.auth import Principal
 from control.config import DEFAULT_QUEUE
@@ -32,8 +32,9 @@ from control.telemetry import logs, metrics
 FOLLOW_POLL_SECONDS = 1.0
 MAX_PAGE = 1000
 # A stored manifest named by SubmitJob's workspace_digest is read whole: no larger than the
-# SubmitJob message that could have carried its files.
-MAX_MANIFEST_BYTES = 64 << 20
+# SubmitJob message that could have carried its files (the text takes about the bytes per file
+# the message does), so naming a workspace by digest allows no bigger one than listing it.
+MAX_MANIFEST_BYTES = auth.RECEIVE_LIMITS["/starforge.control.v1.ControlService/SubmitJob"]
 
 
 @dataclass(frozen=True)
