@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import re
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from starforge_api.job.v1 import workspace_pb2
 
@@ -29,6 +30,7 @@ from common.hashing import MAX_BLOB_BYTES
 
 STATE_DIR = ".starforge"  # per-lab client state (hash cache), gitignored by `sf init`
 CACHE_FILE = f"{STATE_DIR}/cache/hashes.json"
+ADMITTED_FILE = f"{STATE_DIR}/cache/admitted.json"  # the manifest digest each console last admitted
 ALWAYS_SKIPPED = (".git", STATE_DIR)
 MAX_LISTED = 20
 MAX_UNTRACKED_RECORDED = 1000
@@ -40,10 +42,11 @@ class PackedFile:
     """One file of a workspace: where it is on disk and what it hashes to."""
 
     path: str
-    real: pathlib.Path
-    sha256: str
+    real: str | pathlib.Path  # a plain string for most files: one pathlib object per file was a cost
+    sha256: str  # "" while not hashed yet (pack_lab's defer_hashing)
     size: int
     executable: bool
+    stat: os.stat_result | None = field(default=None, compare=False, repr=False)  # what was hashed
 
     @property
     def mode(self) -> str:
@@ -61,6 +64,23 @@ class Pack:
     untracked: list[str] = field(default_factory=list)  # untracked files that were not packed
     warnings: list[str] = field(default_factory=list)
     cache_hits: int = 0
+    cache: HashCache | None = field(default=None, repr=False)
+
+    @property
+    def unhashed(self) -> list[PackedFile]:
+        """Files whose digest the hash cache did not know (packed with defer_hashing)."""
+        return [f for f in self.files if not f.sha256]
+
+    def hashed(self, digests: dict[str, str]) -> None:
+        """Fill in the digests computed after packing (path -> sha256, for every unhashed file):
+        the files, the manifest, and the hash cache on disk."""
+        self.files = [f if f.sha256 else replace(f, sha256=digests[f.path]) for f in self.files]
+        if self.cache is not None:
+            for f in self.files:
+                if f.path in digests and f.stat is not None:
+                    self.cache.add(f.path, f.stat, f.sha256)
+            self.cache.save()
+        self.manifest = to_manifest(self.files)
 
 
 def manifest_digest(files: Iterable[PackedFile]) -> str:
@@ -83,8 +103,14 @@ def to_manifest(files: list[PackedFile]) -> workspace_pb2.WorkspaceManifest:
     )
 
 
+# Anything path_problem could object to: most paths do not match, and are fine with one search.
+_ODD_PATH = re.compile(r"^/|[\n\r\0]|(?:^|/)\.{0,2}(?:/|$)")
+
+
 def path_problem(rel: str) -> str | None:
     """Why `rel` cannot be a workspace path, or None when it is fine."""
+    if _ODD_PATH.search(rel) is None:
+        return None
     if not rel:
         return "empty path"
     if rel.startswith("/"):
@@ -142,8 +168,12 @@ def _included(root: pathlib.Path, patterns: list[globs.Pattern]) -> set[str]:
 class _Collector:
     """Resolves candidate paths into real files, gathering every refusal before raising."""
 
-    def __init__(self, root: pathlib.Path, exclude: list[globs.Pattern], cache: HashCache) -> None:
+    def __init__(
+        self, root: pathlib.Path, exclude: list[globs.Pattern], cache: HashCache, defer_hashing: bool = False
+    ) -> None:
         self.root = root
+        self.root_prefix = os.fspath(root) + "/"
+        self.defer_hashing = defer_hashing
         self.real_root = root.resolve()
         self.exclude = exclude
         self.cache = cache
@@ -160,14 +190,14 @@ class _Collector:
         if problem:
             self.bad_paths.append(f"{rel!r}: {problem}")
             return
-        path = self.root / rel
+        path = self.root_prefix + rel  # plain strings: this runs once per file of the lab
         try:
-            st = path.lstat()
+            st = os.lstat(path)
         except FileNotFoundError:
             self.missing.append(rel)
             return
         if stat.S_ISLNK(st.st_mode):
-            self._add_link(rel, path, depth)
+            self._add_link(rel, pathlib.Path(path), depth)
         elif stat.S_ISREG(st.st_mode):
             self._add_file(rel, path, st)  # not a link: lstat is stat (one syscall per file, not two)
         # anything else (a folder from a submodule, a fifo, a socket) is not content: skipped
@@ -194,13 +224,13 @@ class _Collector:
         elif real.is_file():
             self._add_file(rel, real, real.stat())
 
-    def _add_file(self, rel: str, real: pathlib.Path, st: os.stat_result) -> None:
+    def _add_file(self, rel: str, real: str | pathlib.Path, st: os.stat_result) -> None:
         if st.st_size > MAX_BLOB_BYTES:  # refused by size alone: never read (it may be sparse)
             self.too_big.append(f"{rel} ({st.st_size / (1 << 30):.1f} GiB)")
             return
-        digest = self.cache.digest(rel, real, st)
+        digest = (self.cache.known(rel, st) or "") if self.defer_hashing else self.cache.digest(rel, real, st)
         executable = bool(st.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
-        self.files[rel] = PackedFile(rel, real, digest, st.st_size, executable)
+        self.files[rel] = PackedFile(rel, real, digest, st.st_size, executable, st)
 
     def refuse_problems(self, what: str) -> None:
         if self.bad_paths:
@@ -250,8 +280,13 @@ def pack_lab(
     allow_dirty: bool = False,
     use_cache: bool = True,
     cache: HashCache | None = None,
+    defer_hashing: bool = False,
 ) -> Pack:
-    """Pack the lab at `root` from git (see the module docstring)."""
+    """Pack the lab at `root` from git (see the module docstring).
+
+    `defer_hashing`: files the hash cache does not know are left unhashed (sha256 "", the
+    manifest empty) for the caller to hash while it uploads, then record with `Pack.hashed`;
+    every refusal (paths, links, sizes, secrets) has happened already."""
     git = read_state(root)
     changed = [c for c in git.changed if not _skipped(c.split(" ", 1)[-1])]
     if changed and not allow_dirty:
@@ -264,14 +299,16 @@ def pack_lab(
     exclude = globs.compile_all(settings.exclude)
     if cache is None:
         cache = HashCache(root / CACHE_FILE if use_cache else None)
-    collector = _Collector(root, exclude, cache)
+    collector = _Collector(root, exclude, cache, defer_hashing)
     candidates = set(git.tracked) | (_included(root, include) if include else set())
     for rel in sorted(candidates):
         collector.add(rel)
     collector.refuse_problems("the lab")
     _refuse_sensitive(collector.files, "the lab")
     files = sorted(collector.files.values(), key=lambda f: f.path)
-    cache.save()
+    complete = all(f.sha256 for f in files)
+    if complete:
+        cache.save()
     warnings: list[str] = []
     if collector.missing:
         warnings.append(
@@ -288,12 +325,13 @@ def pack_lab(
         )
     return Pack(
         files=files,
-        manifest=to_manifest(files),
+        manifest=to_manifest(files) if complete else workspace_pb2.WorkspaceManifest(),
         git=git,
         dirty=bool(changed),
         untracked=untracked[:MAX_UNTRACKED_RECORDED],
         warnings=warnings,
         cache_hits=cache.hits,
+        cache=cache,
     )
 
 

@@ -4,25 +4,37 @@ Blobs are named by their sha256, so only content the console lacks is sent: Find
 batches of at most 10,000 digests, then one UploadBlobs stream: files under 1 MiB whole, several
 per message; larger ones in 1 MiB chunks (the first chunk of a blob carries its size, the last one
 `finish`). An unchanged lab therefore uploads 0 bytes.
+
+Files the hash cache did not know (`hash_and_upload`, after pack_lab's defer_hashing) are hashed
+as a pipeline with the upload: a batch of files is read and hashed, its digests asked about, and
+what the console lacks is sent while the next batch is hashed, so that the console verifies and
+stores while `sf` still hashes. A small file is read once: the bytes hashed are the bytes sent.
 A progress bar (bytes, speed) is shown only when a person watches stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from starforge_api.control.v1 import blob_service_pb2
 
 from cli.client import Client
 from cli.errors import CliError
 from cli.output import Output, human_bytes
-from cli.pack import PackedFile
+from cli.pack import Pack, PackedFile
+from common.hashing import sha256_file
 
 CHUNK = 1 << 20
 # Whole small files per UploadBlobs message: under the console's 4 MiB message limit.
 MESSAGE_BYTES = 2 << 20
 FIND_BATCH = 10_000
+# Files hashed before their digests are asked about and the missing ones sent (hash_and_upload):
+# small enough that the console starts verifying early, large enough for few round trips.
+PIPELINE_BYTES = 8 << 20
+PIPELINE_FILES = 1000
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,7 @@ def blob_chunks(
     blobs: Sequence[PackedFile],
     on_bytes: Callable[[int], None] = lambda n: None,
     problems: list[str] | None = None,
+    contents: dict[str, bytes] | None = None,
 ) -> Iterator[blob_service_pb2.UploadBlobsRequest]:
     """The UploadBlobs request stream for `blobs` (one PackedFile per distinct digest).
 
@@ -72,12 +85,15 @@ def blob_chunks(
     as chunks. Content is not hashed again here: the console verifies every blob against its
     digest, and a file whose size changed since it was hashed ends the stream early and is
     reported in `problems` (raising here would make grpc log a traceback from its sending thread).
+    `contents`: small blobs already read (and hashed), by digest.
     """
     batch = blob_service_pb2.UploadBlobsRequest()
     batch_bytes = 0
     for blob in blobs:
         if blob.size < CHUNK:
-            data = _read_whole(blob, problems)
+            data = contents.get(blob.sha256) if contents else None
+            if data is None:
+                data = _read_whole(blob, problems)
             if data is None:
                 return
             if batch_bytes + len(data) > MESSAGE_BYTES and batch_bytes:
@@ -101,7 +117,7 @@ def blob_chunks(
 
 def _read_whole(blob: PackedFile, problems: list[str] | None) -> bytes | None:
     try:
-        with blob.real.open("rb") as f:
+        with open(blob.real, "rb") as f:
             data = f.read(blob.size + 1)
     except OSError as exc:
         if problems is not None:
@@ -117,7 +133,7 @@ def _read_whole(blob: PackedFile, problems: list[str] | None) -> bytes | None:
 def _chunked(blob: PackedFile, problems: list[str] | None) -> Iterator[blob_service_pb2.UploadBlobsRequest | None]:
     """A large blob's chunks; None (and a problem) when the file cannot be read whole."""
     try:
-        f = blob.real.open("rb")
+        f = open(blob.real, "rb")  # noqa: SIM115 (closed by the `with f` below)
     except OSError as exc:
         if problems is not None:
             problems.append(f"{blob.path}: {exc.strerror}")
@@ -143,6 +159,147 @@ def _chunked(blob: PackedFile, problems: list[str] | None) -> Iterator[blob_serv
                 return
 
 
+@dataclass
+class _Pipeline:
+    """The state of one hash-and-upload pass (see the module docstring)."""
+
+    client: Client
+    on_bytes: Callable[[int], None]
+    problems: list[str] = field(default_factory=list)
+    handled: set[str] = field(default_factory=set)  # digests found present or sent
+    digests: dict[str, str] = field(default_factory=dict)  # path -> sha256 of the files hashed here
+    sent: list[PackedFile] = field(default_factory=list)  # one file per blob sent
+    error: CliError | None = None  # a FindMissingBlobs that failed inside the request stream
+
+    def requests(
+        self, cached_missing: Sequence[PackedFile], unhashed: Sequence[PackedFile]
+    ) -> Iterator[blob_service_pb2.UploadBlobsRequest]:
+        """The UploadBlobs stream: the cached files the console lacks, then each batch of
+        `unhashed` as soon as it is hashed and its digests looked up."""
+        self.sent.extend(cached_missing)
+        yield from blob_chunks(cached_missing, self.on_bytes, self.problems)
+        for batch in _batches(unhashed):
+            if self.problems:
+                return
+            hashed, contents = self._hash(batch)
+            if self.problems:
+                return
+            try:
+                missing = find_missing(self.client, [d for d in dict.fromkeys(b.sha256 for b in hashed)])
+            except CliError as err:
+                self.error = err
+                return
+            to_send = []
+            for b in hashed:
+                if b.sha256 in missing and b.sha256 not in self.handled:
+                    to_send.append(b)
+                self.handled.add(b.sha256)
+            self.sent.extend(to_send)
+            yield from blob_chunks(to_send, self.on_bytes, self.problems, contents)
+
+    def _hash(self, batch: Sequence[PackedFile]) -> tuple[list[PackedFile], dict[str, bytes]]:
+        """The batch with digests; the content of its small files, read once, by digest."""
+        out: list[PackedFile] = []
+        contents: dict[str, bytes] = {}
+        for f in batch:
+            if f.size < CHUNK:
+                data = _read_whole(f, self.problems)
+                if data is None:
+                    return out, contents
+                digest = hashlib.sha256(data).hexdigest()
+                contents[digest] = data
+            else:
+                try:
+                    digest = sha256_file(f.real)
+                except OSError as exc:
+                    self.problems.append(f"{f.path}: {exc.strerror}")
+                    return out, contents
+            self.digests[f.path] = digest
+            out.append(replace(f, sha256=digest))
+        return out, contents
+
+
+def hash_small_change(pack: Pack) -> None:
+    """Hash now the files of `pack` the hash cache did not know when they are few bytes (a file
+    just edited, or one written within the cache's racy window): not worth a pipeline, and with
+    every digest known an unchanged lab can be named by its manifest digest."""
+    unhashed = pack.unhashed
+    if not unhashed or sum(f.size for f in unhashed) > PIPELINE_BYTES:
+        return
+    try:
+        digests = {f.path: sha256_file(f.real) for f in unhashed}
+    except OSError:
+        return  # a file gone since it was packed: the upload names it
+    pack.hashed(digests)
+
+
+def _batches(files: Sequence[PackedFile]) -> Iterator[list[PackedFile]]:
+    batch: list[PackedFile] = []
+    size = 0
+    for f in files:
+        batch.append(f)
+        size += f.size
+        if size >= PIPELINE_BYTES or len(batch) >= PIPELINE_FILES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def hash_and_upload(
+    client: Client, pack: Pack, out: Output, on_bytes: Callable[[int], None] = lambda n: None
+) -> UploadStats:
+    """Hash the files of `pack` the hash cache did not know while uploading what the console
+    lacks (see the module docstring); then `pack` has every digest and its manifest. `on_bytes`
+    is told the size of each blob (or chunk) as it goes into the stream. A file that changed
+    while it was hashed or sent is named in the CliError."""
+    unhashed = pack.unhashed
+    if not unhashed:
+        return upload_files(client, pack.files, out)
+    known: dict[str, PackedFile] = {}
+    for f in pack.files:
+        if f.sha256:
+            known.setdefault(f.sha256, f)
+    missing = find_missing(client, list(known))
+    cached_missing = [known[d] for d in known if d in missing]
+    total = sum(f.size for f in unhashed) + sum(b.size for b in cached_missing)
+    with _progress(out, total) as advance:
+
+        def done(n: int) -> None:
+            advance(n)
+            on_bytes(n)
+
+        pipeline = _Pipeline(client, done, handled=set(known))
+        _send(client, pipeline.requests(cached_missing, unhashed), pipeline.problems, pipeline.sent)
+    if pipeline.error is not None:
+        raise pipeline.error
+    pack.hashed(pipeline.digests)
+    sent = {b.sha256 for b in pipeline.sent}
+    files_uploaded = sum(1 for f in pack.files if f.sha256 in sent)
+    return UploadStats(files_uploaded, sum(b.size for b in pipeline.sent), len(pack.files) - files_uploaded)
+
+
+@contextlib.contextmanager
+def _progress(out: Output, total: int) -> Iterator[Callable[[int], None]]:
+    """A function to report bytes done: a progress bar on a terminal, nothing otherwise."""
+    if not out.interactive:
+        yield lambda n: None
+        return
+    from rich.progress import (  # a progress bar only on a terminal: a re-submit never loads rich
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=out.err, transient=True) as progress:
+        task = progress.add_task("upload", total=total)
+        yield lambda n: progress.advance(task, n)
+
+
 def upload_files(client: Client, files: Sequence[PackedFile], out: Output) -> UploadStats:
     """Upload the content of `files` the console lacks; returns counts for the summary line."""
     by_digest: dict[str, PackedFile] = {}
@@ -156,29 +313,8 @@ def upload_files(client: Client, files: Sequence[PackedFile], out: Output) -> Up
     if not to_send:
         return stats
     problems: list[str] = []
-    if out.interactive:
-        from rich.progress import (  # a progress bar only on a terminal: a re-submit never loads rich
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        columns = (
-            TextColumn("uploading"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-        )
-        with Progress(*columns, console=out.err, transient=True) as progress:
-            task = progress.add_task("upload", total=total)
-            requests = blob_chunks(to_send, lambda n: progress.advance(task, n), problems)
-            _send(client, requests, problems, to_send)
-    else:
-        _send(client, blob_chunks(to_send, problems=problems), problems, to_send)
+    with _progress(out, total) as advance:
+        _send(client, blob_chunks(to_send, advance, problems), problems, to_send)
     return stats
 
 

@@ -70,7 +70,7 @@ _ANY_PATH = _any_of([g for suffix, _ in PATH_RULES for g in (suffix, "*/" + suff
 
 
 def why_sensitive(
-    rel_path: str, real_path: pathlib.Path | None = None, read: Callable[[], bytes] | None = None
+    rel_path: str, real_path: str | pathlib.Path | None = None, read: Callable[[], bytes] | None = None
 ) -> str | None:
     """Why `rel_path` may not be packed, or None when it may. Reads .npmrc/.pypirc only: from
     `real_path` (the CLI) or through `read` (the server, from its blob store)."""
@@ -92,7 +92,7 @@ def why_sensitive(
                 content = read()[:CONTENT_LIMIT]
             else:
                 assert real_path is not None
-                with real_path.open("rb") as f:
+                with open(real_path, "rb") as f:
                     content = f.read(CONTENT_LIMIT)
         except OSError:
             return None

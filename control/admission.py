@@ -551,16 +551,21 @@ def check_pools(recipe: RecipeDecl, pools: Sequence[job_spec_pb2.Pool]) -> None:
     check_shapes(recipe, pools)
 
 
-def check_blobs(manifest: workspace_pb2.WorkspaceManifest, store: BlobStore) -> None:
-    """Every file was uploaded, with the size the manifest claims."""
-    sizes = store.sizes(sorted({f.sha256 for f in manifest.files}))
+def check_blobs_present(sizes: Mapping[str, int | None], what: str) -> None:
+    """Refuse (MISSING_BLOB) when a blob of `sizes` (BlobStore.sizes) is not stored."""
     missing = [d for d, size in sizes.items() if size is None]
     if missing:
         raise errors.FailedPrecondition(
-            f"{len(missing)} workspace file(s) were not uploaded (first: {missing[0][:12]}); submit again with sf",
+            f"{len(missing)} {what} file(s) were not uploaded (first: {missing[0][:12]}); submit again with sf",
             reason=er.ERROR_REASON_MISSING_BLOB,
             precondition_violations=tuple(errors.PreconditionViolation("BLOB", d, "missing") for d in missing[:20]),
         )
+
+
+def check_blobs(manifest: workspace_pb2.WorkspaceManifest, store: BlobStore) -> None:
+    """Every file was uploaded, with the size the manifest claims."""
+    sizes = store.sizes(sorted({f.sha256 for f in manifest.files}))
+    check_blobs_present(sizes, "workspace")
     bad = Violations()
     for i, f in enumerate(manifest.files):
         with bad.collect():
@@ -580,8 +585,12 @@ def admit(
     store: BlobStore,
     executors: ExecutorPool,
     hub: hf.HubChecker | None = None,
+    *,
+    blobs_checked: bool = False,
 ) -> Admitted:
-    """All checks; returns what the ledger needs to queue the job.
+    """All checks; returns what the ledger needs to queue the job. `blobs_checked`: the caller
+    has just taken every file's size from its stored blob (a workspace named by digest), so
+    presence and sizes need no second look.
 
     Every field check runs, so one INVALID_ARGUMENT lists every bad field; a check that needs a
     field that was bad (the pools for the batch size) is skipped.
@@ -621,7 +630,8 @@ def admit(
     assert runtime is not None
     assert resolved is not None
     assert image is not None
-    check_blobs(spec.workspace, store)
+    if not blobs_checked:
+        check_blobs(spec.workspace, store)
     fill_manifest_totals(spec.workspace)
     check_queue(spec, cfg)
     host_only = image.source == job_pb2.IMAGE_SOURCE_HOST_RUNTIME

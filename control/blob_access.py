@@ -10,7 +10,10 @@ content-addressed store it costs bytes, never integrity.
 
 Job workspaces and dataset manifests may reference only blobs their submitter may read
 (`require_readable`, answered like a missing upload), so a job or dataset never becomes a way to
-read someone else's blob. Run tokens read what their attempt needs (`RunBlobCheck`); admins and
+read someone else's blob. A workspace named by its manifest digest (SubmitJob's
+`workspace_digest`) is one whose manifest blob the submitter owns (the console records them as
+its owner when it admits the manifest; uploading the same text gives nothing more), and its
+files pass the same check. Run tokens read what their attempt needs (`RunBlobCheck`); admins and
 executor tokens read everything.
 """
 
@@ -66,21 +69,24 @@ def readable(s: Session, user: str, digests: Iterable[str]) -> set[str]:
     return out
 
 
-def require_readable(s: Session, p: Principal, digests: Iterable[str], what: str) -> None:
+def require_readable(s: Session, p: Principal, digests: Iterable[str], what: str, *, also: str = "") -> bool:
     """Refuse a workspace or dataset that references blobs its submitter may not read.
 
     The refusal is the one a never-uploaded file gets (MISSING_BLOB): `sf` uploads them again,
-    which records the submitter as an owner."""
+    which records the submitter as an owner. `also`, when given, is one more digest asked about in
+    the same query without being required; returns whether the submitter may read it."""
     wanted = set(digests)
     if p.admin or not wanted:
-        return
-    missing = sorted(wanted - readable(s, p.user, wanted))
+        return bool(also) and also in readable(s, p.user, [also])
+    found = readable(s, p.user, wanted | ({also} if also else set()))
+    missing = sorted(wanted - found)
     if missing:
         raise errors.FailedPrecondition(
             f"{len(missing)} {what} file(s) were not uploaded (first: {missing[0][:12]}); submit again with sf",
             reason=er.ERROR_REASON_MISSING_BLOB,
             precondition_violations=tuple(errors.PreconditionViolation("BLOB", d, "missing") for d in missing[:20]),
         )
+    return bool(also) and also in found
 
 
 class BlobAccess:

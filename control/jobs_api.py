@@ -11,11 +11,13 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starforge_api.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2
+from starforge_api.control.v1 import error_reason_pb2 as er
+from starforge_api.job.v1 import job_pb2, job_spec_pb2, telemetry_pb2, workspace_pb2
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
-from control import admission, blob_access, datasets, hf, job_history, rate_limit, secrets
+from common.hashing import is_digest, manifest_text, parse_manifest_text
+from control import admission, auth, blob_access, datasets, hf, job_history, rate_limit, secrets
 from control import metrics as prom
 from control.auth import Principal
 from control.config import DEFAULT_QUEUE
@@ -35,6 +37,10 @@ LEDGER_CHECK_SECONDS = 5.0
 MAX_PAGE = 1000
 EARLIER_PAGE = 500  # lines before a cursor when the request does not say how many
 MAX_EARLIER_PAGE = 10_000  # one response: a reader scrolling back pages, it does not take all at once
+# A stored manifest named by SubmitJob's workspace_digest is read whole: no larger than the
+# SubmitJob message that could have carried its files (the text takes about the bytes per file
+# the message does), so naming a workspace by digest allows no bigger one than listing it.
+MAX_MANIFEST_BYTES = auth.RECEIVE_LIMITS["/starforge.control.v1.ControlService/SubmitJob"]
 
 
 @dataclass(frozen=True)
@@ -110,43 +116,56 @@ class JobsApi:
         self.queue_jobs = GroupCommit(ctx.db, _queue_jobs)
         # and the checks before admission, and admission itself, in one worker hop per batch
         # (without a Hub pre-check: its network round trips would make a batch wait for each other)
-        self.pre_reads: Batched[tuple[Principal, job_spec_pb2.JobSpec], job_spec_pb2.JobSpec] = Batched(
+        self.pre_reads: Batched[tuple[Principal, job_spec_pb2.JobSpec], tuple[job_spec_pb2.JobSpec, bool]] = Batched(
             lambda items: ctx.db.run(
                 lambda s: per_item(lambda it: _readable_and_pinned(s, *it), items, errors.StarforgeError)
             ),
             parallel=ctx.db.workers,
         )
-        self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec], admission.Admitted] = Batched(
+        self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec, bool], admission.Admitted] = Batched(
             lambda items: asyncio.to_thread(per_item, lambda it: self._admission(*it), items)
         )
 
     async def submit(
-        self, principal: Principal, spec: job_spec_pb2.JobSpec, request_id: str, dry_run: bool
+        self,
+        principal: Principal,
+        spec: job_spec_pb2.JobSpec,
+        request_id: str,
+        dry_run: bool,
+        workspace_digest: str = "",
     ) -> Submitted:
-        spec, admitted = await self._admit(principal, spec)
+        """Admit and queue `spec`; with `workspace_digest`, its workspace is the manifest of that
+        digest the caller was admitted with before (the response's job then lists no files)."""
+        spec, admitted, manifest_kept = await self._admit(principal, spec, workspace_digest)
         warnings = _warnings(spec, admitted)
         admitted.warnings = warnings  # recorded on the job
         if dry_run:
-            return Submitted(_dry_run_job(spec, admitted), warnings)
+            return Submitted(_trimmed(_dry_run_job(spec, admitted), bool(workspace_digest)), warnings)
+        if spec.workspace.digest and not workspace_digest:
+            await self._keep_manifest(principal, spec.workspace, manifest_kept)
         job = await self.queue_jobs.submit(
             jobs.NewJob(principal.user, request_id, spec, self._admitted_columns(spec, admitted))
         )
         self.ctx.notifier.notify(job.job_id, "schedule")
-        return Submitted(job, warnings)
+        return Submitted(_trimmed(job, bool(workspace_digest)), warnings)
 
     async def _admit(
-        self, principal: Principal, spec: job_spec_pb2.JobSpec
-    ) -> tuple[job_spec_pb2.JobSpec, admission.Admitted]:
+        self, principal: Principal, spec: job_spec_pb2.JobSpec, workspace_digest: str
+    ) -> tuple[job_spec_pb2.JobSpec, admission.Admitted, bool]:
         """Every check of a submission, counted as admitted or refused: the caller's rate, the
-        workspace's ownership, dataset pins, admission itself and the secret references.
-        Returns the spec with its datasets pinned, and what admission decided."""
+        workspace (named by digest: loaded from the caller's stored manifest), its ownership,
+        dataset pins, admission itself and the secret references. Returns the spec with its
+        workspace filled in and datasets pinned, what admission decided, and whether the caller
+        already owns the blob of the manifest digest the spec declared."""
         try:
             self.submit_rate.check(principal)  # before any admission work is spent on the call
-            spec = await self.pre_reads.submit((principal, spec))
+            if workspace_digest:
+                spec.workspace.CopyFrom(await self._stored_workspace(principal, spec, workspace_digest))
+            spec, manifest_kept = await self.pre_reads.submit((principal, spec))
             if self.hub is None:
-                admitted = await self.admissions.submit((principal, spec))
+                admitted = await self.admissions.submit((principal, spec, bool(workspace_digest)))
             else:
-                admitted = await asyncio.to_thread(self._admission, principal, spec)
+                admitted = await asyncio.to_thread(self._admission, principal, spec, bool(workspace_digest))
             if spec.secrets:  # no database round trip for the jobs that name none
                 await self.ctx.db.run(lambda s: secrets.check_refs(s, spec, principal.user))
         except errors.StarforgeError as e:
@@ -154,11 +173,82 @@ class JobsApi:
             raise
         prom.SUBMISSIONS.labels("admitted", "").inc()
         spec.observability.CopyFrom(admitted.observability)  # what the job records and shows
-        return spec, admitted
+        return spec, admitted, manifest_kept
 
-    def _admission(self, principal: Principal, spec: job_spec_pb2.JobSpec) -> admission.Admitted:
+    async def _stored_workspace(
+        self, principal: Principal, spec: job_spec_pb2.JobSpec, digest: str
+    ) -> workspace_pb2.WorkspaceManifest:
+        """The manifest `digest` names, as the files SubmitJob would have listed: only a manifest
+        blob the caller owns (one they were admitted with), each file's size from its blob, every
+        blob present. Admission then checks the files as if they had been sent."""
+        if not is_digest(digest):
+            raise errors.InvalidArgument(
+                f"workspace_digest is not a sha256 digest: {digest[:80]!r}",
+                field_violations=(errors.FieldViolation("workspace_digest", "64 lowercase hex characters"),),
+            )
+        if len(spec.workspace.files):
+            raise errors.InvalidArgument(
+                "workspace_digest names the workspace: spec.workspace must not list files too",
+                field_violations=(errors.FieldViolation("spec.workspace.files", "empty with workspace_digest"),),
+            )
+        owned = principal.admin or await self.ctx.db.run(
+            lambda s: digest in blob_access.readable(s, principal.user, [digest])
+        )
+        manifest = await asyncio.to_thread(self._read_manifest, digest) if owned else None
+        if manifest is None:
+            raise errors.FailedPrecondition(
+                f"no workspace {digest[:12]} was admitted for you; submit its files (sf does so by itself)",
+                reason=er.ERROR_REASON_MISSING_BLOB,
+                precondition_violations=(errors.PreconditionViolation("WORKSPACE", digest, "not admitted"),),
+            )
+        return manifest
+
+    def _read_manifest(self, digest: str) -> workspace_pb2.WorkspaceManifest | None:
+        """The stored manifest blob `digest` as a WorkspaceManifest (None when absent or not a
+        manifest); MISSING_BLOB when a blob it lists is gone."""
+        store = self.ctx.store
+        if (store.sizes([digest])[digest] or 0) > MAX_MANIFEST_BYTES:
+            return None
+        entries = parse_manifest_text(store.read_prefix(digest, MAX_MANIFEST_BYTES))
+        if not entries:
+            return None
+        sizes = store.sizes(sorted({d for _, d, _ in entries}))
+        admission.check_blobs_present(sizes, "workspace")
+        files = [
+            workspace_pb2.WorkspaceFile(path=path, sha256=d, size=sizes[d] or 0, executable=x) for path, d, x in entries
+        ]
+        return workspace_pb2.WorkspaceManifest(files=files, digest=digest, total_bytes=sum(f.size for f in files))
+
+    async def _keep_manifest(
+        self, principal: Principal, manifest: workspace_pb2.WorkspaceManifest, owned: bool
+    ) -> None:
+        """Store an admitted manifest as a blob the submitter owns, so that the next submission of
+        the same workspace can name it by digest (SubmitJob's workspace_digest). Nothing to do
+        when the caller owns it already and the blob is there (every re-submission)."""
+        store = self.ctx.store
+        if owned and await asyncio.to_thread(store.has, manifest.digest):
+            return
+        text = manifest_text((f.path, f.sha256, f.executable) for f in manifest.files)
+        stored = await asyncio.to_thread(store.put_bytes, text)
+        if stored != manifest.digest:  # admission checked the digest against the files
+            raise errors.Internal(f"manifest {manifest.digest[:12]} stored as {stored[:12]}")
+        if not owned:
+            await self.ctx.db.run(lambda s: blob_access.record(s, principal.user, [stored]))
+
+    def _admission(
+        self, principal: Principal, spec: job_spec_pb2.JobSpec, by_digest: bool = False
+    ) -> admission.Admitted:
+        """Admission; `by_digest`: the workspace was just loaded from its stored manifest, each
+        file's size read from its blob (`_read_manifest`)."""
         return admission.admit(
-            spec, principal, self.ctx.cfg, self.ctx.catalog, self.ctx.store, self.ctx.executors, self.hub
+            spec,
+            principal,
+            self.ctx.cfg,
+            self.ctx.catalog,
+            self.ctx.store,
+            self.ctx.executors,
+            self.hub,
+            blobs_checked=by_digest,
         )
 
     def _admitted_columns(self, spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> dict[str, Any]:
@@ -516,8 +606,21 @@ def _queue_jobs(s: Session, batch: Sequence[jobs.NewJob]) -> list[job_pb2.Job]:
     ]
 
 
-def _readable_and_pinned(s: Session, principal: Principal, spec: job_spec_pb2.JobSpec) -> job_spec_pb2.JobSpec:
-    """One transaction for the two reads a submission needs before admission: its workspace names
-    only blobs the submitter may read, and its datasets pinned to versions."""
-    blob_access.require_readable(s, principal, [f.sha256 for f in spec.workspace.files], "workspace")
-    return datasets.pin(s, spec, admission.parse_config(spec))
+def _readable_and_pinned(
+    s: Session, principal: Principal, spec: job_spec_pb2.JobSpec
+) -> tuple[job_spec_pb2.JobSpec, bool]:
+    """One transaction for the reads a submission needs before admission: its workspace names
+    only blobs the submitter may read, and its datasets pinned to versions. Also whether the
+    submitter owns the blob of the manifest digest the spec declares (asked in the same query)."""
+    declared = spec.workspace.digest if is_digest(spec.workspace.digest) else ""
+    files = [f.sha256 for f in spec.workspace.files]
+    owned = blob_access.require_readable(s, principal, files, "workspace", also=declared)
+    return datasets.pin(s, spec, admission.parse_config(spec)), owned
+
+
+def _trimmed(job: job_pb2.Job, by_reference: bool) -> job_pb2.Job:
+    """A job submitted by workspace digest is answered without its files (GetJob has them):
+    the client named them by digest so as not to move them."""
+    if by_reference:
+        job.spec.workspace.ClearField("files")
+    return job

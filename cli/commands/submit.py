@@ -20,12 +20,13 @@ from cli import templates
 from cli.client import Client
 from cli.commands.common import OutputOpt
 from cli.context import AppState, app_state
-from cli.errors import usage
+from cli.errors import CliError, usage
 from cli.follow import exit_code_for, follow_logs, state_name
+from cli.hashcache import AdmittedWorkspaces
 from cli.lab import Lab
 from cli.output import Output, message_to_dict
-from cli.pack import pack_lab
-from cli.upload import upload_files
+from cli.pack import ADMITTED_FILE, Pack, pack_lab
+from cli.upload import UploadStats, hash_and_upload, hash_small_change, upload_files
 from cli.validate import check_against_console
 
 
@@ -79,7 +80,8 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     files = specmod.read_experiment(lab, opts)
     specmod.observability(files.config, opts.observability_url, validate=opts.validate, tool=opts.observability_tool)
     state.require_token()  # no token: refuse before packing
-    pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty)
+    # files the hash cache does not know are hashed while they upload (hash_and_upload)
+    pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty, defer_hashing=True)
     client = state.client()  # after packing: no gRPC threads alive while git is forked
     lab = _with_project(lab, client)
     for warning in pack.warnings:
@@ -97,13 +99,20 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
                 framework_version,
                 asked_version=opts.framework_version,
             )
-    stats = upload_files(client, pack.files, out)
+    admitted = AdmittedWorkspaces(lab.root / ADMITTED_FILE)
+    hash_small_change(pack)
+    known = bool(pack.files) and not pack.unhashed
+    by_digest = known and admitted.get(client.address) == pack.manifest.digest
+    # an unchanged lab the console admitted before: nothing to ask about, nothing to upload
+    stats = UploadStats(0, 0, len(pack.files)) if by_digest else hash_and_upload(client, pack, out)
     out.info(stats.summary())
     if opts.upgrade_recipe:
         files.lock = _upgrade_lock(client, files, opts.framework_version, out)
     spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides)
     request = control_service_pb2.SubmitJobRequest(spec=spec, request_id=str(uuid.uuid4()), dry_run=opts.dry_run)
-    resp = client.call(client.control.SubmitJob, request)
+    resp, stats = _submit_job(client, request, pack, out, stats, by_digest)
+    if not opts.dry_run:
+        admitted.remember(client.address, pack.manifest.digest)
     job = resp.job
     if out.json:
         doc: dict[str, Any] = {
@@ -115,7 +124,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
                 "bytes_uploaded": stats.bytes_uploaded,
                 "files_unchanged": stats.files_unchanged,
             },
-            "workspace_digest": spec.workspace.digest,
+            "workspace_digest": pack.manifest.digest,
         }
         if opts.follow and not opts.dry_run:
             out.json_line(doc)
@@ -131,6 +140,33 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     if final is not None:
         out.info(f"job {job.job_id} ended {state_name(final)}")
     return exit_code_for(final)
+
+
+def _submit_job(
+    client: Client,
+    request: control_service_pb2.SubmitJobRequest,
+    pack: Pack,
+    out: Output,
+    stats: UploadStats,
+    by_digest: bool,
+) -> tuple[control_service_pb2.SubmitJobResponse, UploadStats]:
+    """SubmitJob; `by_digest`: the workspace named by its manifest digest alone, and when the
+    console no longer has it for us (another user's, a blob gone since), the files are uploaded
+    and listed after all. Returns the response and what was uploaded."""
+    if not by_digest:
+        return client.call(client.control.SubmitJob, request), stats
+    request.spec.ClearField("workspace")
+    request.workspace_digest = pack.manifest.digest
+    try:
+        return client.call(client.control.SubmitJob, request), stats
+    except CliError as err:
+        if err.reason != "MISSING_BLOB":
+            raise
+    stats = upload_files(client, pack.files, out)
+    out.info(f"the console no longer has this workspace for you: {stats.summary()}")
+    request.ClearField("workspace_digest")
+    request.spec.workspace.CopyFrom(pack.manifest)
+    return client.call(client.control.SubmitJob, request), stats
 
 
 def _print_submitted(out: Output, job: Any, opts: specmod.SubmitOptions) -> None:

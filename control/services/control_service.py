@@ -35,7 +35,9 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
         self.artifacts = JobArtifacts(ctx)
 
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: Any) -> pb.SubmitJobResponse:
-        r = await self.api.submit(auth.current(), request.spec, request.request_id, request.dry_run)
+        r = await self.api.submit(
+            auth.current(), request.spec, request.request_id, request.dry_run, request.workspace_digest
+        )
         return pb.SubmitJobResponse(job=r.job, warnings=r.warnings)
 
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.GetJobResponse:

@@ -243,6 +243,21 @@ def rows() -> Iterator[Row]:
         spec = await _spec(w, api_version="forge/v1", retry_budget=-1)
         await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec))
 
+    @row(CONTROL + "SubmitJob", "INVALID_ARGUMENT")
+    async def workspace_digest_not_a_digest(w: World) -> None:
+        spec = await _spec(w, workspace=workspace_pb2.WorkspaceManifest())
+        await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec, workspace_digest="../manifest"))
+
+    @row(CONTROL + "SubmitJob", "INVALID_ARGUMENT")
+    async def workspace_digest_with_files(w: World) -> None:
+        spec = await _spec(w)
+        await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec, workspace_digest="0" * 64))
+
+    @row(CONTROL + "SubmitJob", "FAILED_PRECONDITION", "MISSING_BLOB")
+    async def workspace_digest_never_admitted(w: World) -> None:
+        spec = await _spec(w, workspace=workspace_pb2.WorkspaceManifest())
+        await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec, workspace_digest="0" * 64))
+
     @row(CONTROL + "SubmitJob", "NOT_FOUND", "UNKNOWN_METHOD")
     async def unknown_method(w: World) -> None:
         await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=await _spec(w, method="nope/nope")))

@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import json
 import pathlib
+import re
+import subprocess
+from typing import Any
 
+import grpc
 import httpx
+import pytest
+from starforge_api.control.v1 import account_service_pb2 as acc
+from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
+from starforge_api.control.v1 import blob_service_pb2 as blob
+from starforge_api.control.v1 import control_service_pb2 as ctl
+from starforge_api.job.v1 import job_spec_pb2
 
-from tests.integration.console import console
+from cli.client import Client
+from cli.errors import CliError
+from cli.lab import find_lab
+from cli.output import Output
+from cli.pack import ADMITTED_FILE, Pack, pack_lab
+from cli.upload import CHUNK, hash_and_upload
+from common.channel import bearer
+from common.hashing import manifest_digest, manifest_text
+from common.rpc_status import from_rpc_error
+from tests.integration.console import Console, console, git
 
 
 async def _uploaded_bytes(c) -> float:  # type: ignore[no-untyped-def]
@@ -33,3 +55,144 @@ async def test_resubmitting_an_unchanged_lab_uploads_zero_bytes(tmp_path: pathli
         r = await c.sf_async("submit", "exp", "--allow-dirty", cwd=lab)
         assert 0 < await _uploaded_bytes(c) - after_first < 100
         assert r.returncode == 0
+
+
+def _submitted(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
+
+
+def _listed_files(doc: dict[str, Any]) -> list[Any]:
+    files: list[Any] = doc["job"]["spec"].get("workspace", {}).get("files", [])
+    return files
+
+
+async def test_an_unchanged_lab_is_submitted_by_its_manifest_digest(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path, http_listen="127.0.0.1:0") as c:
+        lab = await c.lab("exp", files={"data/a.txt": "a" * 5000, "src/model.py": "print('model')\n"})
+        first = _submitted(await c.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        n = len(_listed_files(first))  # the full manifest went over the wire
+        assert n >= 4
+        digest = first["workspace_digest"]
+        assert json.loads((lab / ADMITTED_FILE).read_text())["admitted"] == {c.address: digest}
+
+        # unchanged: named by digest; the answer lists no files, the job has the whole manifest
+        uploaded = await _uploaded_bytes(c)
+        again = _submitted(await c.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        assert again["upload"] == {"files_uploaded": 0, "bytes_uploaded": 0, "files_unchanged": n}
+        assert _listed_files(again) == []
+        assert again["job"]["spec"]["workspace"]["digest"] == digest
+        assert await _uploaded_bytes(c) == uploaded
+        stored = (await c.get(again["job"]["job_id"])).spec.workspace
+        assert stored == (await c.get(first["job"]["job_id"])).spec.workspace
+        assert stored.digest == digest and len(stored.files) == n and stored.total_bytes > 5000
+
+        # a blob gone since (deleted from the store): the console notices, sf uploads it again
+        gone = next(f for f in stored.files if f.path == "data/a.txt")
+        c.app.ctx.store.path(gone.sha256).unlink()
+        fallback = _submitted(await c.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        assert fallback["upload"]["bytes_uploaded"] == gone.size
+        assert len(_listed_files(fallback)) == n
+        assert c.app.ctx.store.has(gone.sha256)
+        # and the manifest itself gone: the same
+        c.app.ctx.store.path(digest).unlink()
+        again = _submitted(await c.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        assert len(_listed_files(again)) == n and again["upload"]["bytes_uploaded"] == 0
+        assert c.app.ctx.store.has(digest)  # kept again by that admission
+        assert _listed_files(_submitted(await c.sf_async("submit", "exp", "-o", "json", cwd=lab))) == []
+
+
+async def test_another_user_cannot_name_a_workspace_by_its_digest(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path, http_listen="127.0.0.1:0") as c:
+        lab = await c.lab("exp", files={"secret/weights.bin": "only admin uploaded this\n"})
+        # bob's project, which the admin may submit to: the same lab (same manifest) for both
+        yaml_path = lab / "starforge.yaml"
+        yaml_path.write_text(re.sub(r'project: ".*"', 'project: "@bob/lab"', yaml_path.read_text()))
+        git(lab, "commit", "-qam", "bob's project")
+        first = _submitted(await c.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        digest = first["workspace_digest"]
+        admin_job = await c.get(first["job"]["job_id"])
+        bob = await _create_user(c, "bob")
+        spec = job_spec_pb2.JobSpec()
+        spec.CopyFrom(admin_job.spec)
+        spec.ClearField("workspace")
+        request = ctl.SubmitJobRequest(spec=spec, workspace_digest=digest)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await c.jobs.SubmitJob(request, metadata=bearer(bob))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert from_rpc_error(refused.value).reason_name == "MISSING_BLOB"
+        assert "secret/weights.bin" not in (refused.value.details() or "")
+
+        # bob uploads the manifest's text himself (he learnt its lines): he owns that blob now,
+        # but its files are still not his to read
+        text = manifest_text((f.path, f.sha256, f.executable) for f in admin_job.spec.workspace.files)
+        await c.blobs.UploadBlobs(
+            iter([blob.UploadBlobsRequest(blobs=[blob.UploadBlobsRequest.WholeBlob(digest=digest, data=text)])]),
+            metadata=bearer(bob),
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await c.jobs.SubmitJob(request, metadata=bearer(bob))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert from_rpc_error(refused.value).reason_name == "MISSING_BLOB"
+
+        # bob's sf with the admin's lab state (its admitted.json included): refused by digest,
+        # so it uploads every file (recorded as bob's) and lists them
+        as_bob = dataclasses.replace(c, token=bob)
+        r = _submitted(await as_bob.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        n = len(admin_job.spec.workspace.files)
+        assert r["upload"]["files_uploaded"] == n
+        assert len(_listed_files(r)) == n
+        assert r["job"]["spec"]["project"] == "@bob/lab"
+        # from now on bob's own admission lets him name it
+        again = _submitted(await as_bob.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        assert _listed_files(again) == [] and again["upload"]["files_uploaded"] == 0
+
+
+async def _create_user(c: Console, name: str) -> str:
+    r = await acc_grpc.AccountServiceStub(c.channel).CreateUser(acc.CreateUserRequest(name=name), metadata=c.md)
+    return str(r.token)
+
+
+async def test_the_pipelined_upload_names_a_file_that_changed(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        large = "L" * (CHUNK + 10)  # hashed first, read again to be sent in chunks
+        lab = await c.lab("exp", files={"a/small.txt": "s" * 100, "b/large.bin": large})
+        found = find_lab(lab)
+        client = Client(c.address, c.token)
+
+        def packed() -> Pack:
+            p = pack_lab(found.root, found.settings, defer_hashing=True, use_cache=False)
+            assert len(p.unhashed) == len(p.files)  # everything goes through the pipeline
+            return p
+
+        # a size that changed after packing, before the file was read and hashed
+        pack = packed()
+        (lab / "a" / "small.txt").write_text("longer now " * 20)
+        with pytest.raises(CliError, match=r"a/small\.txt changed while it was being uploaded"):
+            await asyncio.to_thread(hash_and_upload, client, pack, Output())
+        (lab / "a" / "small.txt").write_text("s" * 100)
+
+        # content that changed after it was hashed, while the blobs before it were being sent:
+        # the console's check of the digest refuses it, and the error names the file
+        pack = packed()
+
+        rewritten: list[int] = []
+
+        def rewrite(n: int) -> None:  # once: grpc may still drain the stream after the refusal
+            if not rewritten:
+                rewritten.append(n)
+                (lab / "b" / "large.bin").write_text("M" * len(large))
+
+        with pytest.raises(CliError, match=r"b/large\.bin changed while it was being uploaded"):
+            await asyncio.to_thread(hash_and_upload, client, pack, Output(), rewrite)
+        (lab / "b" / "large.bin").write_text(large)
+
+        # unchanged: every file hashed and sent in one pass, the manifest complete
+        pack = packed()
+        stats = await asyncio.to_thread(hash_and_upload, client, pack, Output())
+        assert not pack.unhashed and len(pack.manifest.files) == len(pack.files)
+        assert pack.manifest.digest == manifest_digest((f.path, f.sha256, f.executable) for f in pack.files)
+        assert stats.files_uploaded + stats.files_unchanged == len(pack.files)
+        for f in pack.files:
+            assert c.app.ctx.store.read_bytes(f.sha256) == (lab / f.path).read_bytes()
+        client.close()

@@ -15,14 +15,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec", "request_id", "dry_run")
+    __slots__ = ("spec", "request_id", "dry_run", "workspace_digest")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     spec: _job_spec_pb2.JobSpec
     request_id: str
     dry_run: bool
-    def __init__(self, spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    workspace_digest: str
+    def __init__(self, spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., workspace_digest: _Optional[str] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job", "warnings")

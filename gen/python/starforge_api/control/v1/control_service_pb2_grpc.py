@@ -127,9 +127,13 @@ class ControlServiceServicer:
         """SubmitJob admits a JobSpec and queues it. Admission checks the catalog handshake, overrides,
         profiles, inputs, image allowlist, HuggingFace access, batch size and fleet capabilities.
         Over quota is not an error: the job is queued and waits with reason QUOTA.
+        A workspace the caller was admitted with before can be named by its manifest digest alone
+        (`workspace_digest`), so an unchanged lab sends no file list again.
         Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
-        workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
-        FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
+        workspace digest or total_bytes that is not the files'; a `workspace_digest` that is not a
+        digest, or comes with workspace files), NOT_FOUND (unknown method), FAILED_PRECONDITION
+        (stale lock, missing blob, HF precheck, no fleet, unknown secret; reason MISSING_BLOB also
+        for a `workspace_digest` the caller was never admitted with or whose blobs are gone),
         PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
         submissions per second than the console allows; RetryInfo), UNAVAILABLE (the HuggingFace Hub
         could not be reached for the precheck; retry), UNAUTHENTICATED.

@@ -125,7 +125,8 @@ export enum ErrorReason {
   ILLEGAL_TRANSITION = 14,
 
   /**
-   * FAILED_PRECONDITION: the workspace references a blob that was never uploaded.
+   * FAILED_PRECONDITION: the workspace references a blob that was never uploaded (or is gone),
+   * or SubmitJob names a workspace_digest the caller was never admitted with.
    *
    * @generated from enum value: ERROR_REASON_MISSING_BLOB = 15;
    */

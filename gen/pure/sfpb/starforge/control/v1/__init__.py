@@ -191,7 +191,8 @@ class ErrorReason(betterproto2.Enum):
 
     MISSING_BLOB = 15
     """
-    FAILED_PRECONDITION: the workspace references a blob that was never uploaded.
+    FAILED_PRECONDITION: the workspace references a blob that was never uploaded (or is gone),
+    or SubmitJob names a workspace_digest the caller was never admitted with.
     """
 
     SENSITIVE_FILE = 16
@@ -1763,6 +1764,19 @@ class SubmitJobRequest(betterproto2.Message):
     Validate and resolve only; nothing is queued. The response's job has no id.
     """
 
+    workspace_digest: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The workspace by reference: the digest of a WorkspaceManifest this console admitted for the
+    caller in an earlier SubmitJob (the console keeps each manifest it queues a job with, when the
+    spec set its digest, as a blob the submitter owns). spec.workspace must then list no files; the console fills it in from the
+    stored manifest and admits the job as if the files had been sent: every file's blob must be
+    present and readable by the caller, every path rule applies again. The response's job lists
+    no workspace files (GetJob has them). Errors: INVALID_ARGUMENT (not 64 lowercase hex
+    characters, or spec.workspace lists files), FAILED_PRECONDITION with reason MISSING_BLOB (no
+    manifest with this digest was admitted for the caller, or a blob it lists is gone: send the
+    full manifest, after uploading what FindMissingBlobs reports).
+    """
+
 
 default_message_pool.register_message("starforge.control.v1", "SubmitJobRequest", SubmitJobRequest)
 
@@ -2312,9 +2326,13 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         SubmitJob admits a JobSpec and queues it. Admission checks the catalog handshake, overrides,
         profiles, inputs, image allowlist, HuggingFace access, batch size and fleet capabilities.
         Over quota is not an error: the job is queued and waits with reason QUOTA.
+        A workspace the caller was admitted with before can be named by its manifest digest alone
+        (`workspace_digest`), so an unchanged lab sends no file list again.
         Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
-        workspace digest or total_bytes that is not the files'), NOT_FOUND (unknown method),
-        FAILED_PRECONDITION (stale lock, missing blob, HF precheck, no fleet, unknown secret),
+        workspace digest or total_bytes that is not the files'; a `workspace_digest` that is not a
+        digest, or comes with workspace files), NOT_FOUND (unknown method), FAILED_PRECONDITION
+        (stale lock, missing blob, HF precheck, no fleet, unknown secret; reason MISSING_BLOB also
+        for a `workspace_digest` the caller was never admitted with or whose blobs are gone),
         PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
         submissions per second than the console allows; RetryInfo), UNAVAILABLE (the HuggingFace Hub
         could not be reached for the precheck; retry), UNAUTHENTICATED.
