@@ -42,11 +42,13 @@ PER_OWNER = 50  # QUEUED jobs per owner looked at per cycle
 # A cycle looks at every owner's first PER_OWNER jobs (a full pass: placements, then every
 # candidate's wait reason and queue position) while the queue is small. Past FULL_PASS_CANDIDATES
 # candidates, a cycle first decides on each owner's head of line only (a fast pass, enough when
-# capacity runs out, the usual case with a big queue; the heads are held in memory since the last
-# full pass and refreshed from what changed, heads.py) and makes a full pass only when a fleet kept
-# free capacity that a job behind a waiting head might use (backfill), or when the wait reasons
-# are STATUS_REFRESH_SECONDS old. At 1,000,000 queued jobs of 1,000 users that is ~50,000
-# candidates, about a second of the single database thread for a full pass (bench/queue_scale.py).
+# capacity runs out, the usual case with a big queue; the heads are held in memory and refreshed
+# from what changed, heads.py) and makes a full pass only when a fleet kept free capacity that a
+# job behind a waiting head might use (backfill), or when the wait reasons are
+# STATUS_REFRESH_SECONDS old. At 1,000,000 queued jobs of 1,000 users that is ~50,000 candidates:
+# reading them from the ledger takes about a second of the single database thread, so full passes
+# decide on the jobs held in memory and the ledger is read once per LEDGER_PASS_SECONDS
+# (bench/queue_scale.py).
 FULL_PASS_CANDIDATES = 2_000
 STATUS_REFRESH_SECONDS = 5.0
 # With a big queue, full passes decide on the heads held in memory (every owner's first PER_OWNER

@@ -20,7 +20,13 @@ SQLite's single writer), so a stale head is never launched, only dropped and rep
 What is held: per owner, a prefix of its queue in dispatch order. An owner with more jobs in the
 ledger than were held has a frontier (`_partial`: the order key of the last job read): the copy
 holds exactly its jobs up to the frontier, a job that sorts after it is left out (not next), and
-an owner whose jobs up to the frontier are all gone is read again.
+an owner whose jobs up to the frontier are all gone is read again. `fill` reads again every such
+owner that lost held jobs, so that the copy is what a full read would find (the scheduler's full
+passes between two full reads decide on it).
+
+The heads (each owner's first job) are also kept sorted by (priority desc, seq) in an index that
+changes only for owners whose held jobs changed: the fast pass's fair order walks it and keys only
+the owners with usage (placement.fair_order_of_heads), instead of keying every owner each cycle.
 """
 
 from __future__ import annotations

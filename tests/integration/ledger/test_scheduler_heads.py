@@ -16,9 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from control.config import FleetConfig, InventoryConfig
+from control.db import engine
 from control.db import models as m
 from control.db.engine import Database
 from control.ledger import jobs, outcomes
@@ -260,3 +262,11 @@ def test_a_full_pass_from_memory_decides_as_one_from_the_ledger(
             memory, ledger = db.run_sync(functools.partial(_full_passes, sched, fresh, now))
         assert memory == ledger
         placed += [c.job_id for c in db.run_sync(sched._place)]
+
+
+def test_plain_reads_take_marks_and_raise_as_sqlalchemy(db: Database) -> None:
+    """The cycle's plain DBAPI reads (engine.read_rows): `?` marks on both databases, and a
+    database error raised as SQLAlchemy's, as the rest of the code expects."""
+    assert db.run_sync(lambda s: engine.read_rows(s, "SELECT ? + 1, ?", (41, "x"))) == [(42, "x")]
+    with pytest.raises(DBAPIError):
+        db.run_sync(lambda s: engine.read_rows(s, "SELECT missing FROM nowhere WHERE a = ?", (1,)))
