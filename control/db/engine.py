@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from common import errors
@@ -189,3 +189,29 @@ def insert_rows(s: Session, table: str, columns: Sequence[str], rows: Sequence[t
     # table and column names are the callers' constants (quoted), never user input
     sql = f"INSERT INTO {quote(table)} ({names}) VALUES ({', '.join([mark] * len(columns))})"  # noqa: S608
     s.connection().exec_driver_sql(sql, list(rows))
+
+
+def read_rows(s: Session, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """The rows of a plain SQL read (`?` marks its parameters), run straight on the session's DBAPI
+    connection, inside its transaction.
+
+    For the scheduler's statements of every cycle, which read a few rows: SQLAlchemy's statement
+    and result handling cost ten times the read itself (bench `queue` profile). A database error is
+    raised as SQLAlchemy's own (`OperationalError` when PostgreSQL is unreachable), as `execute`
+    would raise it, so `Database.run` still reports the database as unavailable.
+    """
+    conn = s.connection()
+    dialect = conn.dialect
+    if dialect.paramstyle != "qmark":
+        sql = sql.replace("?", "%s")  # psycopg; the callers' constants have no other `?` or `%`
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None  # a checked-out connection
+    cursor = dbapi.cursor()
+    try:
+        cursor.execute(sql, tuple(params))
+        rows = list(cursor.fetchall())
+        return rows
+    except dialect.loaded_dbapi.Error as e:
+        raise DBAPIError.instance(sql, params, e, dialect.loaded_dbapi.Error, dialect=dialect) from e
+    finally:
+        cursor.close()

@@ -231,6 +231,8 @@ class Attempt(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "number"),
         Index("ix_attempts_state", "state"),
+        # the scheduler's recent usage for fair share: attempts still going or ended lately
+        Index("ix_attempts_ended_at", "ended_at"),
     )
 
 

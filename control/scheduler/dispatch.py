@@ -12,12 +12,13 @@ are locked with FOR UPDATE SKIP LOCKED, so two replicas never claim the same job
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 from starforge_api.executor.v1 import launch_request_pb2 as lr
 from starforge_api.job.v1 import job_pb2, job_spec_pb2
@@ -25,7 +26,9 @@ from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors
 from control import assembly, datasets, launch_secrets, metrics, windows
+from control.config import FleetConfig
 from control.context import Context
+from control.db import engine
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
 from control.ledger import state_machine as sm
@@ -39,13 +42,21 @@ PER_OWNER = 50  # QUEUED jobs per owner looked at per cycle
 # A cycle looks at every owner's first PER_OWNER jobs (a full pass: placements, then every
 # candidate's wait reason and queue position) while the queue is small. Past FULL_PASS_CANDIDATES
 # candidates, a cycle first decides on each owner's head of line only (a fast pass, enough when
-# capacity runs out, the usual case with a big queue; the heads are held in memory since the last
-# full pass and refreshed from what changed, heads.py) and makes a full pass only when a fleet kept
-# free capacity that a job behind a waiting head might use (backfill), or when the wait reasons
-# are STATUS_REFRESH_SECONDS old. At 1,000,000 queued jobs of 1,000 users that is ~50,000
-# candidates, about a second of the single database thread for a full pass (bench/queue_scale.py).
+# capacity runs out, the usual case with a big queue; the heads are held in memory and refreshed
+# from what changed, heads.py) and makes a full pass only when a fleet kept free capacity that a
+# job behind a waiting head might use (backfill), or when the wait reasons are
+# STATUS_REFRESH_SECONDS old. At 1,000,000 queued jobs of 1,000 users that is ~50,000 candidates:
+# reading them from the ledger takes about a second of the single database thread, so full passes
+# decide on the jobs held in memory and the ledger is read once per LEDGER_PASS_SECONDS
+# (bench/queue_scale.py).
 FULL_PASS_CANDIDATES = 2_000
 STATUS_REFRESH_SECONDS = 5.0
+# With a big queue, full passes decide on the heads held in memory (every owner's first PER_OWNER
+# jobs, kept up to date from what changed, heads.py); the held jobs are read again from the ledger
+# every LEDGER_PASS_SECONDS, the backstop for what another replica changed (a job it stopped or
+# queued again without a backoff: a claim re-checks every job, so this only delays a wait reason
+# or a queue position, or a job queued again there until a scheduler that saw it places it).
+LEDGER_PASS_SECONDS = 60.0
 # Decisions a cycle makes at most when fast-pass heads turn out stale (their claim finds the job gone).
 MAX_DECISIONS = 3
 LEASE_SECONDS = 60.0
@@ -61,6 +72,24 @@ CLASS_NAMES = frozenset(n.removeprefix("FAILURE_CLASS_") for n in st.FailureClas
 MAX_DISPATCH_TRIES = 8
 # How long an attempt may wait for a full backend (ResourceExhausted) before it fails as INFRA.
 BACKEND_FULL_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class _CycleContext:
+    """Fleets, capacity in use and usage as a cycle read them; each decision takes fresh copies."""
+
+    fleets: list[FleetConfig]
+    used: dict[tuple[str, str], int]
+    held: placement.Usage
+    unusable: dict[str, str]
+    closed: dict[str, tuple[int, str]]
+
+    def capacities(self) -> list[placement.FleetCapacity]:
+        return placement.capacities(self.fleets, self.used, self.unusable, self.closed)
+
+    def usage(self) -> placement.Usage:
+        u = self.held
+        return placement.Usage(u.by_user.copy(), u.by_project.copy(), u.history, u.totals.copy())
 
 
 @dataclass(frozen=True)
@@ -81,15 +110,17 @@ def _candidates(s: Session, now: float, per_owner: int = PER_OWNER) -> list[plac
 # Statements of every cycle, built once (plain SQL: building and caching an ORM select each
 # cycle cost more than running it; bench/queue_scale.py profile).
 _ACTIVE_STATES = ", ".join(str(int(x)) for x in sorted(sm.ACTIVE))
-_HELD = text(
+# (run by engine.read_rows: plain DBAPI reads, `?` marks)
+_HELD = (
     "SELECT a.fleet, a.needs, j.owner, j.project FROM attempts a JOIN jobs j ON j.id = a.job_id "  # noqa: S608
     f"WHERE a.state IN ({_ACTIVE_STATES})"  # constant states
 )
-_RECENT = text(
+# through ix_attempts_ended_at (migration 0012): attempts still going or ended since `?`
+_RECENT = (
     "SELECT j.owner, a.needs, a.created_at, a.ended_at FROM attempts a JOIN jobs j ON j.id = a.job_id "
-    "WHERE a.ended_at IS NULL OR a.ended_at > :since"
+    "WHERE a.ended_at IS NULL OR a.ended_at > ?"
 )
-_DRAINED = text("SELECT name, reason FROM fleet_states WHERE state = :drained")
+_DRAINED = f"SELECT name, reason FROM fleet_states WHERE state = {DRAINED}"  # noqa: S608 (a constant)
 
 
 def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str, str], int], placement.Usage]:
@@ -97,25 +128,34 @@ def used_capacity(s: Session, half_life: float = 3600.0) -> tuple[dict[tuple[str
     plus each user's recent usage (GPU-seconds decayed with `half_life`) for fair share."""
     used: dict[tuple[str, str], int] = {}
     usage = placement.Usage()
-    conn = s.connection()
-    for fleet, needs, owner, project in conn.execute(_HELD):
-        n = {k: int(v) for k, v in json.loads(needs or "{}").items()}
+    for fleet, needs, owner, project in engine.read_rows(s, _HELD):
+        n = _needs(needs)
         for series, count in n.items():
             used[(fleet, series)] = used.get((fleet, series), 0) + count
         usage.add(owner, project, n)
     now = time.time()
-    for owner, needs, created, ended in conn.execute(_RECENT, {"since": now - 8 * half_life}):
-        size = sum(int(v) for v in json.loads(needs or "{}").values())
+    for owner, needs, created, ended in engine.read_rows(s, _RECENT, (now - 8 * half_life,)):
+        size = sum(_needs(needs).values())
         end = ended if ended is not None else now
         # at least one second per attempt: even a job that failed at once took its turn
         usage.history[owner] += size * max(1.0, end - created) * 0.5 ** ((now - end) / half_life)
     return used, usage
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed_needs(doc: str) -> tuple[tuple[str, int], ...]:
+    return tuple((k, int(v)) for k, v in json.loads(doc).items())
+
+
+def _needs(doc: str | None) -> dict[str, int]:
+    """An attempt's `needs` column (series -> count); the few distinct texts are parsed once."""
+    return dict(_parsed_needs(doc or "{}"))
+
+
 def closed_fleets(s: Session, ctx: Context) -> dict[str, tuple[int, str]]:
     """Fleets that take no new work now: drained, or outside their time window."""
     out: dict[str, tuple[int, str]] = {}
-    drained = {name: reason for name, reason in s.connection().execute(_DRAINED, {"drained": DRAINED})}
+    drained = {name: reason for name, reason in engine.read_rows(s, _DRAINED)}
     for f in ctx.cfg.fleets:
         if f.name in drained:
             out[f.name] = (st.WAIT_REASON_DRAIN, f"fleet {f.name} is drained ({drained[f.name] or 'maintenance'})")
@@ -131,6 +171,7 @@ class Scheduler:
         self._launch_slots = asyncio.Semaphore(32)
         self._big_queue = False  # the last full pass had more than FULL_PASS_CANDIDATES candidates
         self._status_at = 0.0  # when wait reasons and positions were last written (a full pass)
+        self._ledger_at = 0.0  # when the held heads were last read from the ledger (heads.load)
         # Each owner's first PER_OWNER jobs as of the last full pass, kept up to date from what
         # changed since: the fast pass reads no queue rows (heads.py).
         self.heads = heads.HeadCache(ctx.db.queue_changes, PER_OWNER)
@@ -220,33 +261,52 @@ class Scheduler:
         )
 
     def decide(self, s: Session, now: float) -> tuple[placement.Decision, bool]:
-        """This cycle's placement decision, and whether it was a full pass (see PER_OWNER)."""
-        fast_pass = self._big_queue and now - self._status_at < STATUS_REFRESH_SECONDS
-        if fast_pass:
+        """This cycle's placement decision, and whether it was a full pass (see PER_OWNER).
+
+        With a big queue the candidates come from the heads held in memory (heads.py), read
+        again from the ledger every LEDGER_PASS_SECONDS (or when changes were lost): a fast pass
+        decides on each owner's first job, a full pass on every held job."""
+        memory = self._big_queue and self.heads.ready and now - self._ledger_at < LEDGER_PASS_SECONDS
+        if memory:
             self.heads.refresh(s, now)
-            fast_pass = self.heads.ready  # false when changes were lost: read everything
-        candidates = self.heads.heads() if fast_pass else self.heads.load(s, now)
+            memory = self.heads.ready  # false when changes were lost: read everything
+        context = None
+        if memory and now - self._status_at < STATUS_REFRESH_SECONDS:
+            if not self.heads.owners():
+                self._big_queue = False
+                return placement.Decision([], {}, {}), True
+            context = self._context(s)
+            usage = context.usage()
+            fast = placement.decide(
+                self.heads.fair_heads(usage),
+                context.capacities(),
+                usage,
+                self.ctx.cfg.quotas,
+                dispatch_only=True,
+                in_fair_order=True,
+            )
+            if not fast.backfill:
+                return fast, False
+        if memory:
+            self.heads.fill(s, now)
+            candidates = self.heads.held()
+        else:
+            candidates = self.heads.load(s, now)
+            self._ledger_at = now
         if not candidates:
             self._big_queue = False
             return placement.Decision([], {}, {}), True
+        self._big_queue = len(candidates) > FULL_PASS_CANDIDATES
+        context = context or self._context(s)
+        return placement.decide(candidates, context.capacities(), context.usage(), self.ctx.cfg.quotas), True
+
+    def _context(self, s: Session) -> _CycleContext:
+        """What a cycle's decision depends on besides its candidates, read once per cycle."""
         unusable = {
             name: status.why_unusable() for name, status in self.ctx.executors.status.items() if status.why_unusable()
         }
         used, usage = used_capacity(s, self.ctx.cfg.fair_share_half_life_seconds)
-        closed = closed_fleets(s, self.ctx)
-
-        def run(candidates: list[placement.Candidate], dispatch_only: bool) -> placement.Decision:
-            caps = placement.capacities(self.ctx.cfg.fleets, used, unusable, closed)
-            fresh = placement.Usage(usage.by_user.copy(), usage.by_project.copy(), usage.history, usage.totals.copy())
-            return placement.decide(candidates, caps, fresh, self.ctx.cfg.quotas, dispatch_only=dispatch_only)
-
-        if fast_pass:
-            fast = run(candidates, dispatch_only=True)
-            if not fast.backfill:
-                return fast, False
-            candidates = self.heads.load(s, now)
-        self._big_queue = len(candidates) > FULL_PASS_CANDIDATES
-        return run(candidates, dispatch_only=False), True
+        return _CycleContext(self.ctx.cfg.fleets, used, usage, unusable, closed_fleets(s, self.ctx))
 
     def _place(self, s: Session) -> list[Claimed]:
         now = time.time()

@@ -20,7 +20,13 @@ SQLite's single writer), so a stale head is never launched, only dropped and rep
 What is held: per owner, a prefix of its queue in dispatch order. An owner with more jobs in the
 ledger than were held has a frontier (`_partial`: the order key of the last job read): the copy
 holds exactly its jobs up to the frontier, a job that sorts after it is left out (not next), and
-an owner whose jobs up to the frontier are all gone is read again.
+an owner whose jobs up to the frontier are all gone is read again. `fill` reads again every such
+owner that lost held jobs, so that the copy is what a full read would find (the scheduler's full
+passes between two full reads decide on it).
+
+The heads (each owner's first job) are also kept sorted by (priority desc, seq) in an index that
+changes only for owners whose held jobs changed: the fast pass's fair order walks it and keys only
+the owners with usage (placement.fair_order_of_heads), instead of keying every owner each cycle.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
+from control.db import engine
 from control.db.changes import ChangeFeed, Subscription
 from control.ledger import state_machine as sm
 from control.scheduler import placement
@@ -64,17 +71,17 @@ _OWNER = text(
     f"SELECT {COLUMNS} FROM jobs WHERE state = :queued AND owner = :owner AND not_before <= :now "  # noqa: S608
     "ORDER BY priority DESC, seq LIMIT :per_owner"
 )
-_SEQ_MARK = text("SELECT value FROM counters WHERE name = 'job_seq'")
+_SEQ_MARK = "SELECT value FROM counters WHERE name = 'job_seq'"  # (engine.read_rows, as _DUE)
 # Jobs admitted since the last read, whatever their state now (filtered here: a state term would
 # lead SQLite, which has no statistics, to scan every QUEUED row through ix_jobs_state_queue).
 _ADMITTED = text(f"SELECT {COLUMNS}, state, not_before FROM jobs WHERE seq > :lo AND seq <= :hi")  # noqa: S608
 # QUEUED jobs whose backoff ended, through the partial index ix_jobs_queued_backoff (its terms are
 # literal: state = 1, QUEUED, and not_before > 0); SQLite is told the index, it would pick another.
 assert sm.QUEUED == 1
-_DUE_WHERE = "WHERE state = 1 AND not_before > 0 AND not_before > :lo AND not_before <= :now"
+_DUE_WHERE = "WHERE state = 1 AND not_before > 0 AND not_before > ? AND not_before <= ?"
 _DUE = {
-    "sqlite": text(f"SELECT {COLUMNS} FROM jobs INDEXED BY ix_jobs_queued_backoff {_DUE_WHERE}"),  # noqa: S608
-    "postgresql": text(f"SELECT {COLUMNS} FROM jobs {_DUE_WHERE}"),  # noqa: S608
+    "sqlite": f"SELECT {COLUMNS} FROM jobs INDEXED BY ix_jobs_queued_backoff {_DUE_WHERE}",  # noqa: S608
+    "postgresql": f"SELECT {COLUMNS} FROM jobs {_DUE_WHERE}",  # noqa: S608
 }
 _BY_ID = text(
     f"SELECT {COLUMNS}, state, not_before FROM jobs WHERE id IN :ids"  # noqa: S608
@@ -134,6 +141,15 @@ class HeadCache:
         self._seq_mark = 0  # every job with seq <= this was seen by a read
         self._due_mark = 0.0  # every job with not_before <= this was seen by a read
         self._recheck: set[str] = set()  # ids to read again on the next refresh
+        # Every owner's head (its first job) as (-priority, seq, owner), sorted: the fair order of
+        # the fast pass starts from it (placement.fair_order_of_heads). `_dirty`: owners whose held
+        # jobs changed since it was last brought up to date; `_short`: owners with a frontier that
+        # lost held jobs since they were read (a full pass from memory reads them again).
+        self._index: list[tuple[int, int, str]] = []
+        self._indexed: dict[str, tuple[int, int, str]] = {}
+        self._head: dict[str, placement.Candidate] = {}  # owner -> its first job held
+        self._dirty: set[str] = set()
+        self._short: set[str] = set()
         # a full read was made and nothing was lost since (the scheduler clears it when a cycle's
         # transaction fails: its reads may have seen its own claims, rolled back)
         self.ready = False
@@ -159,6 +175,11 @@ class HeadCache:
         self._queues = queues
         self._partial = {o: _order(q[-1]) for o, q in queues.items() if len(q) >= self.per_owner}
         self._owner_of = {c.job_id: c.owner for c in out}
+        self._head = {o: q[0] for o, q in queues.items()}
+        self._indexed = {o: (-c.priority, c.seq, o) for o, c in self._head.items()}
+        self._index = sorted(self._indexed.values())
+        self._dirty.clear()
+        self._short.clear()
         self._seq_mark, self._due_mark = seq_mark, now
         self.ready = True
         return out
@@ -180,10 +201,10 @@ class HeadCache:
                     self._merge(self._parser.candidate(r))
         if now > self._due_mark:
             due = _DUE["sqlite" if s.get_bind().dialect.name == "sqlite" else "postgresql"]
-            rows = s.execute(due, {"lo": self._due_mark, "now": now}).all()
+            due_rows = engine.read_rows(s, due, (self._due_mark, now))
             self._due_mark = now
-            for r in rows:
-                self._merge(self._parser.candidate(r))
+            for d in due_rows:
+                self._merge(self._parser.candidate(d))
         if self._recheck:
             wanted = list(self._recheck)
             found: set[str] = set()
@@ -198,29 +219,47 @@ class HeadCache:
                 if job_id not in found:
                     self._remove(job_id)  # deleted
             self._recheck.clear()
-        empty = [o for o, q in self._queues.items() if not q]
-        for owner in empty:
-            del self._queues[owner]
-            if self._partial.pop(owner, None) is not None:  # it has more jobs than were held: read them
-                rows = s.execute(
-                    _OWNER, {"queued": sm.QUEUED, "owner": owner, "now": now, "per_owner": self.per_owner}
-                ).all()
-                if rows:
-                    q = self._queues[owner] = [self._parser.candidate(r) for r in rows]
-                    self._owner_of.update((c.job_id, owner) for c in q)
-                    if len(q) >= self.per_owner:
-                        self._partial[owner] = _order(q[-1])
+        for owner in [o for o in self._dirty if not self._queues.get(o)]:
+            self._queues.pop(owner, None)
+            if owner in self._partial:  # it has more jobs than were held: read them
+                self._read_owner(s, owner, now)
+        self._reindex()
+
+    def fill(self, s: Session, now: float) -> None:
+        """Read again each owner with a frontier that lost held jobs since it was read: the copy
+        then holds what a full read would (every owner's first `per_owner` dispatchable jobs), but
+        for changes made by other replicas (module doc). Call after `refresh`."""
+        for owner in self._short:
+            q = self._queues.get(owner)
+            if owner in self._partial and (q is None or len(q) < self.per_owner):
+                self._read_owner(s, owner, now)
+        self._short.clear()
+        self._reindex()
 
     def heads(self) -> list[placement.Candidate]:
         """Each owner's first job in its own order."""
         return [q[0] for q in self._queues.values() if q]
+
+    def held(self) -> list[placement.Candidate]:
+        """Every job held, each owner's in its own order."""
+        return [c for q in self._queues.values() for c in q]
+
+    def owners(self) -> int:
+        """How many owners have a job held."""
+        return len(self._index)
+
+    def fair_heads(self, usage: placement.Usage) -> Iterable[placement.Candidate]:
+        """Each owner's first job, in the fair order `placement.decide` gives them for `usage`
+        (`placement.fair_order_of_heads`: only the owners with usage are keyed). Read `usage` now."""
+        return placement.fair_order_of_heads(self._index, self._head, usage)
 
     def recheck(self, job_ids: Iterable[str]) -> None:
         """Read these jobs again on the next refresh (placed: claimed, or gone, or locked elsewhere)."""
         self._recheck.update(job_ids)
 
     def _read_seq_mark(self, s: Session) -> int:
-        return int(s.execute(_SEQ_MARK).scalar() or 0)
+        rows = engine.read_rows(s, _SEQ_MARK)
+        return int(rows[0][0] or 0) if rows else 0
 
     # -- the copy ------------------------------------------------------------------------------
 
@@ -230,6 +269,7 @@ class HeadCache:
         q = self._queues.get(c.owner)
         if q is None:
             q = self._queues[c.owner] = []
+        self._dirty.add(c.owner)
         frontier = self._partial.get(c.owner)
         if frontier is not None and _order(c) > frontier:
             return  # beyond the held prefix of an owner with more jobs: not next
@@ -249,3 +289,35 @@ class HeadCache:
             if c.job_id == job_id:
                 del q[i]
                 break
+        self._dirty.add(owner)
+        if owner in self._partial:
+            self._short.add(owner)
+
+    def _read_owner(self, s: Session, owner: str, now: float) -> None:
+        """Replace what is held of `owner` by its first `per_owner` dispatchable jobs in the ledger."""
+        for c in self._queues.pop(owner, ()):
+            self._owner_of.pop(c.job_id, None)
+        self._partial.pop(owner, None)
+        self._dirty.add(owner)
+        rows = s.execute(_OWNER, {"queued": sm.QUEUED, "owner": owner, "now": now, "per_owner": self.per_owner}).all()
+        if not rows:
+            return
+        q = self._queues[owner] = [self._parser.candidate(r) for r in rows]
+        self._owner_of.update((c.job_id, owner) for c in q)
+        if len(q) >= self.per_owner:
+            self._partial[owner] = _order(q[-1])
+
+    def _reindex(self) -> None:
+        """Bring the index of heads up to date for the owners whose held jobs changed."""
+        index, indexed, head = self._index, self._indexed, self._head
+        for owner in self._dirty:
+            old = indexed.pop(owner, None)
+            if old is not None:
+                del index[bisect.bisect_left(index, old)]
+                del head[owner]
+            q = self._queues.get(owner)
+            if q:
+                key = indexed[owner] = (-q[0].priority, q[0].seq, owner)
+                bisect.insort(index, key)
+                head[owner] = q[0]
+        self._dirty.clear()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from starforge_api.job.v1 import job_state_pb2 as st
@@ -155,6 +155,38 @@ def _fair_order(candidates: Iterable[Candidate], usage: Usage) -> Iterable[Candi
                 heapq.heappush(heap, (totals.get(owner, 0), history.get(owner, 0.0), q[-1].seq, owner))
 
 
+def fair_order_of_heads(
+    index: Iterable[tuple[int, int, str]], heads: Mapping[str, Candidate], usage: Usage
+) -> Iterator[Candidate]:
+    """The order `_fair_order` gives `heads.values()` (one candidate per owner, the scheduler's
+    fast pass), without keying every owner each cycle.
+
+    `index` is every head's (-priority, seq, owner), sorted; it changes only when a head does
+    (control/scheduler/heads.py keeps it). With one candidate per owner `_fair_order` yields the
+    candidates sorted by (-priority, held capacity, recent usage, seq, owner): an owner's usage is
+    only changed by placing its one candidate, after which it is not keyed again. An owner holding
+    nothing with no recent usage has the key (-priority, 0, 0.0, seq, owner): those come from
+    `index` as they are; only the owners with usage are keyed and sorted here, and the two sorted
+    streams are merged. The keys are read when this is called: call it before placing anything.
+    """
+    totals, history = usage.totals, usage.history
+    keyed: list[tuple[int, int, float, int, str]] = []
+    for owner in set(totals).union(history):
+        c = heads.get(owner)
+        if c is None:
+            continue
+        held, recent = totals.get(owner, 0), history.get(owner, 0.0)
+        if held == 0 and recent == 0.0:
+            continue  # the key of an owner without usage: found in `index`
+        keyed.append((-c.priority, held, recent, c.seq, owner))
+    keyed.sort()
+    if not keyed:
+        return (heads[owner] for _, _, owner in index)
+    skip = {k[4] for k in keyed}
+    idle = ((level, 0, 0.0, seq, owner) for level, seq, owner in index if owner not in skip)
+    return (heads[k[4]] for k in heapq.merge(idle, keyed))
+
+
 def _seq(c: Candidate) -> int:
     return c.seq
 
@@ -170,11 +202,14 @@ def decide(
     quotas: Sequence[QuotaConfig] = (),
     *,
     dispatch_only: bool = False,
+    in_fair_order: bool = False,
 ) -> Decision:
     """Place what fits, in fair order; say why each other candidate waits and its position.
 
     `dispatch_only`: only the placements matter (the scheduler's fast pass): stop as soon as no
     usable fleet has free capacity left, and leave `waiting`/`positions` incomplete.
+    `in_fair_order`: `candidates` already come in the order `_fair_order` would give them for
+    `usage` (`fair_order_of_heads`), and are taken as they come.
     """
     usage = usage or Usage()
     placed: list[tuple[str, str]] = []
@@ -182,7 +217,7 @@ def decide(
     positions: dict[str, int] = {}
     if dispatch_only and not _any_free(fleets):
         return Decision(placed, waiting, positions)
-    for c in _fair_order(candidates, usage):
+    for c in candidates if in_fair_order else _fair_order(candidates, usage):
         blocked = _quota_block(c, usage, quotas)
         if blocked:
             waiting[c.job_id] = (st.WAIT_REASON_QUOTA, blocked)

@@ -8,6 +8,7 @@ replica took meanwhile is harmless: the claim finds it gone and the cycle decide
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import random
 import time
@@ -15,14 +16,16 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from control.config import FleetConfig, InventoryConfig
+from control.db import engine
 from control.db import models as m
 from control.db.engine import Database
 from control.ledger import jobs, outcomes
 from control.ledger import state_machine as sm
-from control.scheduler import dispatch, heads
+from control.scheduler import dispatch, heads, placement
 from control.scheduler.dispatch import Scheduler
 from tests import factories as f
 from tests.integration.ledger.test_scheduler import _ctx, _finish, _queue, _state, _users
@@ -174,7 +177,19 @@ def test_the_copy_follows_the_ledger(db: Database, seed: int) -> None:
         cache.refresh(s, now)
         fresh = heads.HeadCache(None, per_owner=3)
         fresh.load(s, now)
+        # the fast pass's fair order of the held heads is the reference order of a fresh read's
+        usage = placement.Usage()
+        for owner in rng.sample(owners, 2):
+            usage.totals[owner] = rng.choice([0, 1, 8])
+            usage.history[owner] = rng.choice([0.0, 5.0])
+        ordered = [c.job_id for c in cache.fair_heads(usage)]
+        assert ordered == [c.job_id for c in placement._fair_order(fresh.heads(), usage)]
         return {c.owner: c.job_id for c in cache.heads()}, {c.owner: c.job_id for c in fresh.heads()}
+
+    def read_all(s: Session) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        cache.fill(s, now)
+        fresh = heads.HeadCache(None, per_owner=3)
+        return _by_owner(cache.held()), _by_owner(fresh.load(s, now))
 
     for _ in range(6):
         queued.extend(db.run_sync(lambda s: [f.job(s, owner=rng.choice(owners)).id for _ in range(4)]))
@@ -198,3 +213,60 @@ def test_the_copy_follows_the_ledger(db: Database, seed: int) -> None:
             db.run_sync(change)
         held, fresh = db.run_sync(read)
         assert held == fresh
+        if rng.random() < 0.3:  # a full pass from memory: every held job is what a full read finds
+            held_all, fresh_all = db.run_sync(read_all)
+            assert held_all == fresh_all
+
+
+def _full_passes(
+    sched: Scheduler, fresh: Scheduler, now: float, s: Session
+) -> tuple[placement.Decision, placement.Decision]:
+    """A full pass of `sched` from the heads it holds, and one of `fresh`, which reads the ledger."""
+    sched._status_at = 0.0
+    memory, full = sched.decide(s, now)
+    assert full and sched._ledger_at < now, "the ledger was read less than a minute ago"
+    ledger, _ = fresh.decide(s, now)
+    return memory, ledger
+
+
+def _by_owner(candidates: list[placement.Candidate]) -> dict[str, list[str]]:
+    """Each owner's candidates in dispatch order (a read's rows come in no particular order)."""
+    out: dict[str, list[placement.Candidate]] = {}
+    for c in candidates:
+        out.setdefault(c.owner, []).append(c)
+    return {o: [c.job_id for c in sorted(q, key=lambda c: (-c.priority, c.seq))] for o, q in out.items()}
+
+
+def test_a_full_pass_from_memory_decides_as_one_from_the_ledger(
+    db: Database, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two ledger reads, the full pass (wait reasons, positions, backfill) decides on the
+    heads held in memory: the same decision a scheduler reading the ledger afresh makes."""
+    rng = random.Random(7)
+    monkeypatch.setattr(dispatch, "PER_OWNER", 2)  # owners with more jobs than held: read again
+    owners = ["alice", "bob", "carol"]
+    _users(db, *owners)
+    sched = Scheduler(_ctx(db, tmp_path / "a", fleets=TWO_NODES))
+    for _ in range(4):
+        for owner in owners:
+            _queue(db, owner, rng.randint(1, 4), gpus=rng.choice([1, 4, 8]))
+    placed = [c.job_id for c in db.run_sync(sched._place)]  # a full pass from the ledger
+    for _ in range(6):
+        if placed and rng.random() < 0.5:
+            _finish(db, placed.pop(0))
+        _queue(db, rng.choice(owners), rng.randint(1, 3), gpus=rng.choice([1, 4, 8]))
+        now = time.time()
+        fresh = Scheduler(_ctx(db, tmp_path / "b", fleets=TWO_NODES))
+        with monkeypatch.context() as clock:  # the same recent usage for both (it grows with time)
+            clock.setattr(time, "time", functools.partial(float, now))
+            memory, ledger = db.run_sync(functools.partial(_full_passes, sched, fresh, now))
+        assert memory == ledger
+        placed += [c.job_id for c in db.run_sync(sched._place)]
+
+
+def test_plain_reads_take_marks_and_raise_as_sqlalchemy(db: Database) -> None:
+    """The cycle's plain DBAPI reads (engine.read_rows): `?` marks on both databases, and a
+    database error raised as SQLAlchemy's, as the rest of the code expects."""
+    assert db.run_sync(lambda s: engine.read_rows(s, "SELECT ? + 1, ?", (41, "x"))) == [(42, "x")]
+    with pytest.raises(DBAPIError):
+        db.run_sync(lambda s: engine.read_rows(s, "SELECT missing FROM nowhere WHERE a = ?", (1,)))
