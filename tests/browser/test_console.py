@@ -62,6 +62,11 @@ async def test_sign_in_follow_a_running_job_and_stop_it(page: Page, shots: Shots
         await c.wait(running, st.JOB_STATE_RUNNING, timeout=60)
         queued = await submit(c, lab)
         job = await c.wait(queued, st.JOB_STATE_QUEUED)
+        # admitted, it waits "for the scheduler" until the scheduler's next pass names the reason
+        deadline = asyncio.get_running_loop().time() + 30
+        while job.wait.reason != st.WAIT_REASON_CAPACITY and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+            job = await c.get(queued)
         assert job.wait.reason == st.WAIT_REASON_CAPACITY, job.wait
 
         # a wrong token is refused with the server's sentence
