@@ -136,12 +136,15 @@ class JobsApi:
     ) -> Submitted:
         """Admit and queue `spec`; with `workspace_digest`, its workspace is the manifest of that
         digest the caller was admitted with before (the response's job then lists no files)."""
+        # Only a manifest whose digest the client declared is kept (sf declares it; admission fills
+        # it in for a raw client, which would otherwise store a blob and an owner row per call).
+        declared = bool(spec.workspace.digest)
         spec, admitted, manifest_kept = await self._admit(principal, spec, workspace_digest)
         warnings = _warnings(spec, admitted)
         admitted.warnings = warnings  # recorded on the job
         if dry_run:
             return Submitted(_trimmed(_dry_run_job(spec, admitted), bool(workspace_digest)), warnings)
-        if spec.workspace.digest and not workspace_digest:
+        if declared and not workspace_digest:
             await self._keep_manifest(principal, spec.workspace, manifest_kept)
         job = await self.queue_jobs.submit(
             jobs.NewJob(principal.user, request_id, spec, self._admitted_columns(spec, admitted))

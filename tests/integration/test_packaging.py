@@ -196,3 +196,13 @@ async def test_the_pipelined_upload_names_a_file_that_changed(tmp_path: pathlib.
         for f in pack.files:
             assert c.app.ctx.store.read_bytes(f.sha256) == (lab / f.path).read_bytes()
         client.close()
+
+
+async def test_a_submission_that_declares_no_digest_keeps_no_manifest(tmp_path: pathlib.Path) -> None:
+    # A raw client may leave the manifest digest empty (admission fills it in). Only a declared
+    # digest is kept for submitting by digest later: otherwise every such call would cost a blob
+    # write and an owner row (the admission storm of a raw client).
+    async with console(tmp_path) as c:
+        job = await c.submit_custom("#!/usr/bin/env bash\necho hi\n")
+        digest = (await c.get(job.job_id)).spec.workspace.digest
+        assert digest and not c.app.ctx.store.has(digest)
