@@ -79,17 +79,22 @@ class HashCache:
         """Write the cache atomically; failures are ignored (it is only a cache)."""
         if self.path is None or self._new == self._old:
             return
-        data = {"version": CACHE_VERSION, "entries": dict(sorted(self._new.items()))}
-        with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".hashes-", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f, separators=(",", ":"))
-                os.replace(tmp, self.path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        _write_atomically(self.path, {"version": CACHE_VERSION, "entries": dict(sorted(self._new.items()))})
+
+
+def _write_atomically(path: pathlib.Path, data: object) -> None:
+    """Write `data` as JSON to `path` through a temporary file and a rename; a failure leaves the
+    old file (or none) and is ignored: these files are only caches."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, separators=(",", ":"))
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _read(path: pathlib.Path) -> dict[str, Entry]:
@@ -132,14 +137,4 @@ class AdmittedWorkspaces:
             self._by_console[console] = digest
         else:
             self._by_console.pop(console, None)
-        data = {"version": CACHE_VERSION, "admitted": self._by_console}
-        with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".admitted-", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f, separators=(",", ":"))
-                os.replace(tmp, self.path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        _write_atomically(self.path, {"version": CACHE_VERSION, "admitted": self._by_console})
