@@ -40,15 +40,21 @@ def parse_states(values: list[str]) -> list[job_state_pb2.JobState]:
     return states
 
 
-def parse_label_filters(values: list[str]) -> dict[str, str]:
-    """`-l key=value` (repeatable) → the labels every listed job must have."""
-    labels: dict[str, str] = {}
+def parse_pairs(values: list[str], flag: str) -> dict[str, str]:
+    """A repeatable `flag KEY=VALUE` option as a dict (the last value of a key wins); a value
+    without `=` or without a key is a usage error naming `flag`."""
+    out: dict[str, str] = {}
     for v in values:
         key, sep, value = v.partition("=")
         if not sep or not key:
-            raise usage(f"--label {v!r}: expected KEY=VALUE")
-        labels[key] = value
-    return labels
+            raise usage(f"{flag} {v!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def parse_label_filters(values: list[str]) -> dict[str, str]:
+    """`-l key=value` (repeatable) → the labels every listed job must have."""
+    return parse_pairs(values, "--label")
 
 
 def list_jobs(

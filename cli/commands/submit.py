@@ -19,8 +19,9 @@ from cli import spec as specmod
 from cli import templates
 from cli.client import Client
 from cli.commands.common import OutputOpt
+from cli.commands.job_read import parse_pairs
 from cli.context import AppState, app_state
-from cli.errors import CliError, usage
+from cli.errors import CliError
 from cli.follow import exit_code_for, follow_logs, state_name
 from cli.hashcache import AdmittedWorkspaces
 from cli.lab import Lab
@@ -28,16 +29,6 @@ from cli.output import Output, message_to_dict
 from cli.pack import ADMITTED_FILE, Pack, pack_lab
 from cli.upload import UploadStats, hash_and_upload, hash_small_change, upload_files
 from cli.validate import check_against_console
-
-
-def _parse_pairs(values: list[str], flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for v in values:
-        key, sep, value = v.partition("=")
-        if not sep or not key:
-            raise usage(f"{flag} {v!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
 
 
 def _upgrade_lock(
@@ -319,8 +310,8 @@ def register(app: typer.Typer) -> None:
             dry_run=dry_run,
             upgrade_recipe=upgrade_recipe,
             follow=follow,
-            labels=_parse_pairs(label or [], "--label"),
-            env=_parse_pairs(env or [], "--env"),
+            labels=parse_pairs(label or [], "--label"),
+            env=parse_pairs(env or [], "--env"),
             secrets=secret or [],
         )
         code = submit_experiment(state, opts, out)
