@@ -320,6 +320,12 @@ def rows() -> Iterator[Row]:
             finished.__name__ = "job_succeeded"
             table.append(Row(CONTROL + name, "FAILED_PRECONDITION", finished, "ILLEGAL_TRANSITION"))
 
+    @row(CONTROL + "StreamJobLogs", "NOT_FOUND")
+    async def earlier_lines_of_another_users_job(w: World) -> None:
+        # the page-back branch checks who may read the job like the streaming one
+        req = ctl.StreamJobLogsRequest(job_id=w.done_job, before_attempt_number=1, before_offset=5)
+        await w.call(CONTROL + "StreamJobLogs", req, w.bob)
+
     @row(CONTROL + "StreamJobLogs", "INVALID_ARGUMENT")
     async def earlier_lines_followed(w: World) -> None:
         req = ctl.StreamJobLogsRequest(job_id=w.done_job, follow=True, before_attempt_number=1, before_offset=5)
