@@ -21,29 +21,50 @@ from bench.common import NO_PEER, PEER_NOT_RUN
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Rows that need headless Chromium and the built web console (as tests/browser does).
 BROWSER = {"web"}
+# Rows measured on the same runs (bench/trivial.py's trivial jobs, cached per process) run in one
+# `python -m bench` process, as `make bench` runs them: the harness is the same, run once.
+SHARED_RUNS = [("submit", "capsule")]
 
 
-def _marks(name: str) -> list[pytest.MarkDecorator]:
+def _groups() -> list[tuple[str, ...]]:
+    grouped = {n for group in SHARED_RUNS for n in group}
+    return [*SHARED_RUNS, *((n,) for n in MODULES if n not in grouped)]
+
+
+def _marks(names: tuple[str, ...]) -> list[pytest.MarkDecorator]:
     marks = [pytest.mark.slow]
-    if name in BROWSER:
+    if BROWSER.intersection(names):
         marks.append(pytest.mark.browser)
     return marks
 
 
+def test_every_row_is_in_one_group() -> None:
+    names = [n for group in _groups() for n in group]
+    assert sorted(names) == sorted(MODULES) and len(names) == len(set(names))
+
+
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in MODULES])
-def test_bench_row_harness_runs_in_quick_mode(name: str, tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("names", [pytest.param(g, marks=_marks(g), id="+".join(g)) for g in _groups()])
+def test_bench_row_harness_runs_in_quick_mode(names: tuple[str, ...], tmp_path: pathlib.Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("STARFORGE_BENCH_PEERS",)}
     env.update(STARFORGE_BENCH_QUICK="1", STARFORGE_BENCH_WORK=str(tmp_path / "bench"))
     r = subprocess.run(
-        [sys.executable, "-m", "bench", name], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100
+        [sys.executable, "-m", "bench", *names],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1100,
     )
     out = r.stdout + r.stderr
-    assert r.returncode == 0, f"python -m bench {name} failed (exit {r.returncode}):\n{out[-4000:]}"
+    assert r.returncode == 0, f"python -m bench {' '.join(names)} failed (exit {r.returncode}):\n{out[-4000:]}"
     doc = json.loads((tmp_path / "bench" / "results.json").read_text())
     assert doc["quick"] is True and doc["failed"] == [], doc["failed"]
     rows = doc["results"]
-    assert rows, f"{name} produced no row:\n{out[-2000:]}"
+    assert rows, f"{names} produced no row:\n{out[-2000:]}"
+    # every benchmark of the group produced at least one row (a row's name starts with its own)
+    for name in names:
+        assert any(row["name"].startswith(name) for row in rows), f"{name} produced no row: {rows}"
     for row in rows:
         figure = row["figure"]
         assert isinstance(figure, int | float) and math.isfinite(figure) and figure >= 0, row
