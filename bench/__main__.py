@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from bench.common import NO_PEER, QUICK, WORK, Result, log, machine, pinning
+from bench.common import NO_PEER, QUICK, SOURCE_TREES, WORK, Result, compile_sources, log, machine, pinning
 
 MODULES = {
     "submit": "bench.submit",
@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}")
     WORK.mkdir(parents=True, exist_ok=True)
+    compiled = compile_sources()
+    log(f"byte-compiled the project's packages ({compiled}/{len(SOURCE_TREES)} trees), as an install has them")
     before = machine()
     log(f"machine: {before}{' (QUICK variants)' if QUICK else ''}")
     started = time.monotonic()

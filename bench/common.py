@@ -160,6 +160,23 @@ def loadavg() -> tuple[float, float, float]:
     return round(one, 2), round(five, 2), round(fifteen, 2)
 
 
+# The project's own packages, as an installed StarForge has them (pip byte-compiles what it
+# installs; this checkout's editable install does not, and a shell with PYTHONDONTWRITEBYTECODE=1
+# never writes them, so every `sf` and console start would compile its modules again).
+SOURCE_TREES = ("cli", "control", "executor_svc", "forgelet", "recipes", "capsule", "common", "gen/python", "gen/pure")
+
+
+def compile_sources() -> int:
+    """Byte-compile the project's packages (py_compile writes whatever PYTHONDONTWRITEBYTECODE
+    says); returns how many trees were compiled without error. Up-to-date files are skipped."""
+    import compileall
+
+    ok = 0
+    for tree in SOURCE_TREES:
+        ok += bool(compileall.compile_dir(str(REPO / tree), quiet=2, workers=1))
+    return ok
+
+
 def machine() -> dict[str, Any]:
     cpu = "?"
     with contextlib.suppress(OSError):
