@@ -1,6 +1,8 @@
-"""The fast path of the hot read commands: `sf job ls`, `sf job status`, `sf job logs`, `sf --version`.
+"""The fast path of the hot commands: `sf job ls`, `sf job status`, `sf job logs`, `sf --version`,
+and `sf submit`.
 
-These run in scripts and loops, where start-up is most of their time. The full command tree
+These run in scripts and loops, where start-up is most of their time (and `sf submit` of an
+unchanged lab is little else: bench `packaging`, its re-submit). The full command tree
 (`cli.app`) costs typer, its vendored click and, because typer coerces every parameter through a
 pydantic TypeAdapter, pydantic and one adapter per option: ~0.12 s of CPU before the first byte
 is sent (docs/benchmarks.md, **cli**). This module parses exactly the command lines it is sure
@@ -63,8 +65,8 @@ class Command:
     path: tuple[str, ...]
     options: tuple[Opt, ...]
     run: Callable[[AppState, dict[str, Any]], int]
-    argument: str | None = None  # the dest of its one optional positional (JOB_ID)
-    argument_default: str = ""
+    argument: str | None = None  # the dest of its one positional (JOB_ID, EXPERIMENT)
+    argument_default: str | None = ""  # None: the positional is required
 
 
 OUTPUT = Opt("output", ("--output", "-o"), Kind.FORMAT)
@@ -101,6 +103,39 @@ def _logs(st: AppState, p: dict[str, Any]) -> int:
     return job_read.job_logs(st, p["output"], p["job_id"], follow=p["follow"], lines=p["lines"])
 
 
+def _submit(st: AppState, p: dict[str, Any]) -> int:
+    from cli.commands import submit
+
+    return submit.run_submit(st, p)
+
+
+SUBMIT_OPTIONS = (
+    Opt("profile", ("--profile", "-p"), Kind.MULTI),
+    Opt("overrides", ("--set", "-s"), Kind.MULTI),
+    Opt("model", ("--model",), Kind.TEXT, ""),
+    Opt("train_data", ("--train-data",), Kind.TEXT, ""),
+    Opt("validation_data", ("--validation-data",), Kind.TEXT, ""),
+    Opt("train_dataset", ("--train-dataset",), Kind.TEXT, ""),
+    Opt("image", ("--image",), Kind.TEXT, ""),
+    Opt("framework_version", ("--framework-version",), Kind.TEXT, ""),
+    Opt("upgrade_recipe", ("--upgrade-recipe",), Kind.FLAG, False),
+    Opt("observability_url", ("--observability-url",), Kind.TEXT, ""),
+    Opt("observability_tool", ("--observability-tool",), Kind.TEXT, ""),
+    Opt("then", ("--then",), Kind.MULTI),
+    Opt("retries", ("--retries",), Kind.INT),
+    Opt("priority", ("--priority",), Kind.INT, 0),
+    Opt("queue", ("--queue",), Kind.TEXT, ""),
+    Opt("fleet", ("--fleet",), Kind.TEXT, ""),
+    Opt("label", ("--label",), Kind.MULTI),
+    Opt("env", ("--env",), Kind.MULTI),
+    Opt("secret", ("--secret",), Kind.MULTI),
+    Opt("allow_dirty", ("--allow-dirty",), Kind.FLAG, False),
+    Opt("no_validate", ("--no-validate",), Kind.FLAG, False),
+    Opt("dry_run", ("--dry-run",), Kind.FLAG, False),
+    Opt("follow", ("--follow", "-f"), Kind.FLAG, False),
+    OUTPUT,
+)
+
 COMMANDS: dict[tuple[str, ...], Command] = {
     c.path: c
     for c in (
@@ -129,6 +164,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
             argument="job_id",
             argument_default="latest",
         ),
+        Command(("submit",), SUBMIT_OPTIONS, _submit, argument="experiment", argument_default=None),
     )
 }
 
@@ -229,15 +265,17 @@ def parse(argv: Sequence[str]) -> Parsed | None:
     if root is None:
         return None
     root_params, rest = root
-    command = COMMANDS.get(tuple(rest[:2]))
+    command = COMMANDS.get(tuple(rest[:2])) or COMMANDS.get(tuple(rest[:1]))
     if command is None:
         return None
-    parsed = _parse_options(rest[2:], command.options, command.argument, interspersed=True)
+    parsed = _parse_options(rest[len(command.path) :], command.options, command.argument, interspersed=True)
     if parsed is None:
         return None
     params = parsed[0]
     if command.argument is not None:
         params.setdefault(command.argument, command.argument_default)
+        if params[command.argument] is None:
+            return None  # a required positional missing: the full tree says so
     return Parsed(root_params, command, params)
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 import pathlib
-import tomllib
-from importlib import metadata
 
 DISTRIBUTION = "starforge"
 # What a checkout has beside the packages and an installed wheel never has (site-packages holds
@@ -30,7 +28,12 @@ def checkout() -> pathlib.Path | None:
 @functools.cache
 def version() -> str:
     """The version of StarForge: pyproject.toml's `version`, read from the installed metadata
-    (or from pyproject.toml itself in a checkout that was never installed)."""
+    (or from pyproject.toml itself in a checkout that was never installed). Its modules are
+    imported here: `checkout()` is asked on every `sf submit` (recipes.framework_keys), which
+    needs neither."""
+    import tomllib
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

@@ -225,7 +225,15 @@ def fill_manifest_totals(manifest: workspace_pb2.WorkspaceManifest) -> None:
     manifest.total_bytes = sum(f.size for f in manifest.files)
 
 
-def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobStore, bad: Violations) -> None:
+def check_workspace(
+    spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobStore, bad: Violations, *, admitted: bool = False
+) -> None:
+    """Every file's path, digest, size and the sensitive-file rules, and the entry point of a
+    custom recipe. `admitted`: the workspace is the stored manifest of a digest this caller was
+    admitted with before (control/workspace_records.py), so only the entry point is checked."""
+    if admitted:
+        _check_entrypoints(spec, recipe, {f.path for f in spec.workspace.files})
+        return
     paths = set()
     blobs = _PrefixReader(store)
     with bad.collect():
@@ -250,6 +258,11 @@ def check_workspace(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, store: BlobS
             if f.path in paths:
                 raise _field(f"workspace.files[{i}].path", f"workspace path {f.path!r} appears twice")
         paths.add(f.path)
+    _check_entrypoints(spec, recipe, paths)
+
+
+def _check_entrypoints(spec: job_spec_pb2.JobSpec, recipe: RecipeDecl, paths: set[str]) -> None:
+    """A custom recipe's stages each run a script the workspace must hold."""
     if recipe.adapter == "custom":
         for stage in ["", *spec.then_stages]:
             entry = entrypoint(recipe, spec.experiment, stage)
@@ -587,10 +600,13 @@ def admit(
     hub: hf.HubChecker | None = None,
     *,
     blobs_checked: bool = False,
+    workspace_admitted: bool = False,
 ) -> Admitted:
     """All checks; returns what the ledger needs to queue the job. `blobs_checked`: the caller
     has just taken every file's size from its stored blob (a workspace named by digest), so
-    presence and sizes need no second look.
+    presence and sizes need no second look. `workspace_admitted`: that workspace's manifest is
+    one this caller was admitted with before, its digest and total filled in from the stored
+    manifest, so its files' paths need no second look either (`check_workspace`).
 
     Every field check runs, so one INVALID_ARGUMENT lists every bad field; a check that needs a
     field that was bad (the pools for the batch size) is skipped.
@@ -604,7 +620,7 @@ def admit(
         config = parse_config(spec)
     with bad.collect():
         check_inputs(spec, recipe, config)
-    check_workspace(spec, recipe, store, bad)
+    check_workspace(spec, recipe, store, bad, admitted=workspace_admitted and blobs_checked)
     runtime: RuntimeDecl | None = None
     with bad.collect():
         runtime = resolve_runtime(spec, recipe)
@@ -632,7 +648,8 @@ def admit(
     assert image is not None
     if not blobs_checked:
         check_blobs(spec.workspace, store)
-    fill_manifest_totals(spec.workspace)
+    if not (workspace_admitted and blobs_checked):
+        fill_manifest_totals(spec.workspace)
     check_queue(spec, cfg)
     host_only = image.source == job_pb2.IMAGE_SOURCE_HOST_RUNTIME
     fleets = eligible_fleets(pools, image.image, spec, cfg, executors, host_only=host_only)

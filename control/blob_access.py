@@ -15,6 +15,10 @@ read someone else's blob. A workspace named by its manifest digest (SubmitJob's
 its owner when it admits the manifest; uploading the same text gives nothing more), and its
 files pass the same check. Run tokens read what their attempt needs (`RunBlobCheck`); admins and
 executor tokens read everything.
+
+Owner rows are only ever added, never deleted: what a user could read stays readable, which
+control/workspace_records.py relies on (a workspace a user was admitted with is not asked about
+again). Code that deletes owner rows must clear those records too.
 """
 
 from __future__ import annotations

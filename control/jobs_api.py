@@ -29,6 +29,7 @@ from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
 from control.telemetry import logs, metrics
 from control.telemetry.log_tail import LogBatch
+from control.workspace_records import ParsedManifest, WorkspaceRecords
 
 FOLLOW_POLL_SECONDS = 1.0
 # A follower served from memory still reads the ledger at least this often: the longest a line
@@ -110,19 +111,22 @@ class JobsApi:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.shared = SharedReads()
+        self.workspaces = WorkspaceRecords()
         self.hub = hf.HubChecker(ctx.cfg.hf_endpoint, ctx.cfg.hf_token) if ctx.cfg.hf_precheck else None
         self.submit_rate = rate_limit.SubmitRateLimiter(ctx.cfg.submit_rate_per_user, ctx.cfg.submit_burst_per_user)
         # admitted submissions waiting for the database thread are queued in one transaction
         self.queue_jobs = GroupCommit(ctx.db, _queue_jobs)
         # and the checks before admission, and admission itself, in one worker hop per batch
         # (without a Hub pre-check: its network round trips would make a batch wait for each other)
-        self.pre_reads: Batched[tuple[Principal, job_spec_pb2.JobSpec], tuple[job_spec_pb2.JobSpec, bool]] = Batched(
-            lambda items: ctx.db.run(
-                lambda s: per_item(lambda it: _readable_and_pinned(s, *it), items, errors.StarforgeError)
-            ),
-            parallel=ctx.db.workers,
+        self.pre_reads: Batched[tuple[Principal, job_spec_pb2.JobSpec, bool], tuple[job_spec_pb2.JobSpec, bool]] = (
+            Batched(
+                lambda items: ctx.db.run(
+                    lambda s: per_item(lambda it: _readable_and_pinned(s, *it), items, errors.StarforgeError)
+                ),
+                parallel=ctx.db.workers,
+            )
         )
-        self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec, bool], admission.Admitted] = Batched(
+        self.admissions: Batched[tuple[Principal, job_spec_pb2.JobSpec, bool, bool], admission.Admitted] = Batched(
             lambda items: asyncio.to_thread(per_item, lambda it: self._admission(*it), items)
         )
 
@@ -160,21 +164,27 @@ class JobsApi:
         dataset pins, admission itself and the secret references. Returns the spec with its
         workspace filled in and datasets pinned, what admission decided, and whether the caller
         already owns the blob of the manifest digest the spec declared."""
+        by_digest = bool(workspace_digest)
         try:
             self.submit_rate.check(principal)  # before any admission work is spent on the call
-            if workspace_digest:
+            # a workspace this caller was admitted with before: its files need no second look
+            known = by_digest and self.workspaces.admitted(_record_key(principal), workspace_digest)
+            if by_digest:
                 spec.workspace.CopyFrom(await self._stored_workspace(principal, spec, workspace_digest))
-            spec, manifest_kept = await self.pre_reads.submit((principal, spec))
+            spec, manifest_kept = await self.pre_reads.submit((principal, spec, known))
             if self.hub is None:
-                admitted = await self.admissions.submit((principal, spec, bool(workspace_digest)))
+                admitted = await self.admissions.submit((principal, spec, by_digest, known))
             else:
-                admitted = await asyncio.to_thread(self._admission, principal, spec, bool(workspace_digest))
+                admitted = await asyncio.to_thread(self._admission, principal, spec, by_digest, known)
             if spec.secrets:  # no database round trip for the jobs that name none
                 await self.ctx.db.run(lambda s: secrets.check_refs(s, spec, principal.user))
         except errors.StarforgeError as e:
             prom.SUBMISSIONS.labels("refused", e.reason_name).inc()
             raise
         prom.SUBMISSIONS.labels("admitted", "").inc()
+        # every file readable by this caller and every path rule passed, for the digest admission
+        # computed from the files (or loaded from the stored manifest of that digest)
+        self.workspaces.record_admitted(_record_key(principal), spec.workspace.digest)
         spec.observability.CopyFrom(admitted.observability)  # what the job records and shows
         return spec, admitted, manifest_kept
 
@@ -208,10 +218,18 @@ class JobsApi:
 
     def _read_manifest(self, digest: str) -> workspace_pb2.WorkspaceManifest | None:
         """The stored manifest blob `digest` as a WorkspaceManifest (None when absent or not a
-        manifest); MISSING_BLOB when a blob it lists is gone."""
+        manifest); MISSING_BLOB when a blob it lists is gone. Every blob is stat'ed each time; the
+        parse is kept (`WorkspaceRecords.manifest`) and used while the blobs' sizes are unchanged."""
         store = self.ctx.store
-        if (store.sizes([digest])[digest] or 0) > MAX_MANIFEST_BYTES:
+        size = store.sizes([digest])[digest]
+        if size is None or size > MAX_MANIFEST_BYTES:
             return None
+        kept = self.workspaces.manifest(digest)
+        if kept is not None:
+            sizes = store.sizes(list(kept.sizes))
+            admission.check_blobs_present(sizes, "workspace")
+            if sizes == kept.sizes:
+                return kept.workspace()
         entries = parse_manifest_text(store.read_prefix(digest, MAX_MANIFEST_BYTES))
         if not entries:
             return None
@@ -220,7 +238,10 @@ class JobsApi:
         files = [
             workspace_pb2.WorkspaceFile(path=path, sha256=d, size=sizes[d] or 0, executable=x) for path, d, x in entries
         ]
-        return workspace_pb2.WorkspaceManifest(files=files, digest=digest, total_bytes=sum(f.size for f in files))
+        manifest = workspace_pb2.WorkspaceManifest(files=files, digest=digest, total_bytes=sum(f.size for f in files))
+        present = {d: n for d, n in sizes.items() if n is not None}
+        self.workspaces.keep_manifest(digest, ParsedManifest(manifest.SerializeToString(), present))
+        return manifest
 
     async def _keep_manifest(
         self, principal: Principal, manifest: workspace_pb2.WorkspaceManifest, owned: bool
@@ -239,10 +260,11 @@ class JobsApi:
             await self.ctx.db.run(lambda s: blob_access.record(s, principal.user, [stored]))
 
     def _admission(
-        self, principal: Principal, spec: job_spec_pb2.JobSpec, by_digest: bool = False
+        self, principal: Principal, spec: job_spec_pb2.JobSpec, by_digest: bool = False, known: bool = False
     ) -> admission.Admitted:
         """Admission; `by_digest`: the workspace was just loaded from its stored manifest, each
-        file's size read from its blob (`_read_manifest`)."""
+        file's size read from its blob (`_read_manifest`); `known`: and that manifest is one this
+        caller was admitted with before (`WorkspaceRecords.admitted`)."""
         return admission.admit(
             spec,
             principal,
@@ -252,6 +274,7 @@ class JobsApi:
             self.ctx.executors,
             self.hub,
             blobs_checked=by_digest,
+            workspace_admitted=by_digest and known,
         )
 
     def _admitted_columns(self, spec: job_spec_pb2.JobSpec, admitted: admission.Admitted) -> dict[str, Any]:
@@ -610,15 +633,24 @@ def _queue_jobs(s: Session, batch: Sequence[jobs.NewJob]) -> list[job_pb2.Job]:
 
 
 def _readable_and_pinned(
-    s: Session, principal: Principal, spec: job_spec_pb2.JobSpec
+    s: Session, principal: Principal, spec: job_spec_pb2.JobSpec, known: bool
 ) -> tuple[job_spec_pb2.JobSpec, bool]:
     """One transaction for the reads a submission needs before admission: its workspace names
     only blobs the submitter may read, and its datasets pinned to versions. Also whether the
-    submitter owns the blob of the manifest digest the spec declares (asked in the same query)."""
+    submitter owns the blob of the manifest digest the spec declares (asked in the same query).
+    `known`: the workspace is the stored manifest of a digest this caller was admitted with
+    (`WorkspaceRecords.admitted`): its files were readable then, and ownership is never taken back."""
     declared = spec.workspace.digest if is_digest(spec.workspace.digest) else ""
-    files = [f.sha256 for f in spec.workspace.files]
+    files = [] if known else [f.sha256 for f in spec.workspace.files]
     owned = blob_access.require_readable(s, principal, files, "workspace", also=declared)
     return datasets.pin(s, spec, admission.parse_config(spec)), owned
+
+
+def _record_key(principal: Principal) -> str:
+    """Whose admissions a workspace record speaks for: the user, and whether as an admin (whose
+    workspaces are not checked for ownership), so an admin's record never spares a plain token's
+    ownership check."""
+    return f"{principal.user}\0{'admin' if principal.admin else 'user'}"
 
 
 def _trimmed(job: job_pb2.Job, by_reference: bool) -> job_pb2.Job:

@@ -20,7 +20,6 @@ A version without a data file is not checked (the declared parameters still are)
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import pathlib
@@ -164,6 +163,8 @@ def generate_verl(source: str, config_dir: pathlib.Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import argparse  # only this module's command line needs it (sf submit imports the module)
+
     parser = argparse.ArgumentParser(prog="python -m recipes.framework_keys")
     parser.add_argument("framework", choices=["verl", "nemo-rl"])
     parser.add_argument("version")

@@ -183,6 +183,39 @@ def _print_submitted(out: Output, job: Any, opts: specmod.SubmitOptions) -> None
         out.info(f"next: `sf job logs {job.job_id} -f`  ·  `sf job status {job.job_id}`")
 
 
+def run_submit(state: AppState, p: dict[str, Any]) -> int:
+    """`sf submit` with its parameters by name (those of `submit_cmd`, from typer or from
+    `cli.fastpath`, which parses the same line without typer); the exit code."""
+    out = state.output(p["output"])
+    opts = specmod.SubmitOptions(
+        experiment=p["experiment"],
+        profiles=p["profile"] or [],
+        overrides=p["overrides"] or [],
+        model=p["model"],
+        train_data=p["train_data"],
+        validation_data=p["validation_data"],
+        train_dataset=p["train_dataset"],
+        image=p["image"],
+        framework_version=p["framework_version"],
+        observability_url=p["observability_url"],
+        observability_tool=p["observability_tool"],
+        then=p["then"] or [],
+        retries=p["retries"],
+        priority=p["priority"],
+        queue=p["queue"],
+        fleet=p["fleet"],
+        allow_dirty=p["allow_dirty"],
+        validate=not p["no_validate"],
+        dry_run=p["dry_run"],
+        upgrade_recipe=p["upgrade_recipe"],
+        follow=p["follow"],
+        labels=parse_pairs(p["label"] or [], "--label"),
+        env=parse_pairs(p["env"] or [], "--env"),
+        secrets=p["secret"] or [],
+    )
+    return submit_experiment(state, opts, out)
+
+
 ProfileOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -286,34 +319,7 @@ def register(app: typer.Typer) -> None:
 
         Example: `sf submit my-grpo --profile h200:8 -s grpo.kl_coef=0.05 -f`
         """
-        state = app_state(ctx)
-        out = state.output(output)
-        opts = specmod.SubmitOptions(
-            experiment=experiment,
-            profiles=profile or [],
-            overrides=overrides or [],
-            model=model,
-            train_data=train_data,
-            validation_data=validation_data,
-            train_dataset=train_dataset,
-            image=image,
-            framework_version=framework_version,
-            observability_url=observability_url,
-            observability_tool=observability_tool,
-            then=then or [],
-            retries=retries,
-            priority=priority,
-            queue=queue,
-            fleet=fleet,
-            allow_dirty=allow_dirty,
-            validate=not no_validate,
-            dry_run=dry_run,
-            upgrade_recipe=upgrade_recipe,
-            follow=follow,
-            labels=parse_pairs(label or [], "--label"),
-            env=parse_pairs(env or [], "--env"),
-            secrets=secret or [],
-        )
-        code = submit_experiment(state, opts, out)
+        params = {k: v for k, v in locals().items() if k != "ctx"}
+        code = run_submit(app_state(ctx), params)
         if code:
             raise typer.Exit(code)

@@ -17,7 +17,7 @@ from starforge_api.control.v1 import account_service_pb2 as acc
 from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
 from starforge_api.control.v1 import blob_service_pb2 as blob
 from starforge_api.control.v1 import control_service_pb2 as ctl
-from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2, workspace_pb2
 
 from cli.client import Client
 from cli.errors import CliError
@@ -206,3 +206,86 @@ async def test_a_submission_that_declares_no_digest_keeps_no_manifest(tmp_path: 
         job = await c.submit_custom("#!/usr/bin/env bash\necho hi\n")
         digest = (await c.get(job.job_id)).spec.workspace.digest
         assert digest and not c.app.ctx.store.has(digest)
+
+
+async def _as_user(c: Console, name: str) -> Console:
+    return dataclasses.replace(c, token=await _create_user(c, name), extra={**c.extra, "user": name})
+
+
+async def _upload_manifest_text(c: Console, manifest: Any) -> str:
+    """Upload a manifest's canonical text as a plain blob (what any user may do); its digest."""
+    text = manifest_text((f.path, f.sha256, f.executable) for f in manifest.files)
+    digest = manifest_digest((f.path, f.sha256, f.executable) for f in manifest.files)
+    await c.blobs.UploadBlobs(
+        iter([blob.UploadBlobsRequest(blobs=[blob.UploadBlobsRequest.WholeBlob(digest=digest, data=text)])]),
+        metadata=c.md,
+    )
+    return digest
+
+
+async def _submit(
+    c: Console, digest: str = "", workspace: workspace_pb2.WorkspaceManifest | None = None
+) -> ctl.SubmitJobResponse:
+    """SubmitJob of a custom job with `workspace` listed, or named by `digest`."""
+    spec = job_spec_pb2.JobSpec(
+        api_version="forge/v2",
+        project=f"@{c.extra.get('user', 'admin')}/lab",
+        experiment="exp",
+        method="custom/custom",
+        recipe_lock=await c.lock(),
+        config_json=json.dumps({"image": "host", "observability": "platform"}),
+        workspace=workspace,
+    )
+    response: ctl.SubmitJobResponse = await c.jobs.SubmitJob(
+        ctl.SubmitJobRequest(spec=spec, workspace_digest=digest), metadata=c.md
+    )
+    return response
+
+
+async def _refused(call: Any) -> Any:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call
+    return refused.value
+
+
+@pytest.mark.usefixtures("ledger")
+async def test_a_workspace_record_spares_only_the_user_it_was_admitted_for(tmp_path: pathlib.Path) -> None:
+    # The console remembers that alice was admitted with workspace D (her files readable, every
+    # path rule passed) and skips those checks when she names D again; bob, who learnt D's lines
+    # and uploaded them as his own blob, must still be refused, and so must alice once a blob of
+    # D is gone from the store.
+    async with console(tmp_path) as c:
+        alice, bob = await _as_user(c, "alice"), await _as_user(c, "bob")
+        files = {"experiments/exp/train.sh": b"#!/usr/bin/env bash\necho hi\n", "data/a.txt": b"alice's own\n"}
+        manifest = await alice.upload(files, {"experiments/exp/train.sh"})
+        manifest.digest = manifest_digest((f.path, f.sha256, f.executable) for f in manifest.files)
+        digest = manifest.digest
+        first = (await _submit(alice, workspace=manifest)).job  # declares its digest: kept as alice's
+        assert (await alice.get(first.job_id)).spec.workspace.digest == digest
+        for _ in range(2):  # the first by-digest admission checks everything, the second uses the record
+            again = (await _submit(alice, digest)).job
+            assert again.spec.workspace.digest == digest and not again.spec.workspace.files
+            assert len((await alice.get(again.job_id)).spec.workspace.files) == 2
+
+        assert await _upload_manifest_text(bob, manifest) == digest
+        for _ in range(2):
+            err = await _refused(_submit(bob, digest))
+            assert from_rpc_error(err).reason_name == "MISSING_BLOB"
+
+        gone = next(f for f in manifest.files if f.path == "data/a.txt")
+        c.app.ctx.store.path(gone.sha256).unlink()
+        err = await _refused(_submit(alice, digest))
+        assert from_rpc_error(err).reason_name == "MISSING_BLOB"
+
+
+async def test_an_uploaded_manifest_that_breaks_a_path_rule_is_refused_every_time(tmp_path: pathlib.Path) -> None:
+    # A blob the user uploaded whose text is a manifest is not an admitted one: its paths are
+    # checked each time it is named, and a refusal leaves no record that would skip them.
+    async with console(tmp_path) as c:
+        files = {"experiments/exp/train.sh": b"#!/usr/bin/env bash\necho hi\n", "conf/.env": b"TOKEN=x\n"}
+        manifest = await c.upload(files, {"experiments/exp/train.sh"})
+        digest = await _upload_manifest_text(c, manifest)
+        for _ in range(2):
+            err = await _refused(_submit(c, digest))
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert from_rpc_error(err).reason_name == "SENSITIVE_FILE"

@@ -166,7 +166,10 @@ DECLINED = [
     ["job", "status", "-"],
     ["job", "status", "\udcff"],
     ["job", "stop", "j1"],
-    ["submit", "exp"],
+    ["submit"],
+    ["submit", "exp", "--priority", "-5"],
+    ["submit", "exp", "--help"],
+    ["submit", "a", "b"],
 ]
 
 
@@ -249,3 +252,35 @@ def test_the_hot_commands_load_neither_typer_nor_pydantic() -> None:
     ls = loaded("-o", "json", "job", "ls")  # cannot connect (exit 5): the imports up to the call, a JSON error
     assert "grpc" in ls
     assert not ls & {"typer", "click", "pydantic", "rich", "yaml"}, ls
+
+
+SUBMIT_ACCEPTED = [
+    ["submit", "exp"],
+    ["submit", "exp", "-o", "json"],
+    ["-o", "json", "--console", "h:1", "submit", "--output=text", "exp"],
+    ["submit", "exp", "-p", "h200:8", "--set", "a.b=1", "-s", "c=2", "--model", "org/m", "--train-data", "d"],
+    ["submit", "--validation-data", "v", "--train-dataset", "o/n@1", "--image", "img", "exp", "--framework-version=1"],
+    ["submit", "exp", "--upgrade-recipe", "--observability-url", "http://w", "--observability-tool", "wandb"],
+    ["submit", "exp", "--then", "eval", "--retries", "0", "--priority", "7", "--queue", "q", "--fleet", "f"],
+    ["submit", "exp", "--label", "a=b", "--env", "X=1", "--secret", "S=ENV", "--allow-dirty", "--no-validate"],
+    ["submit", "exp", "--dry-run", "-f", "--follow"],
+]
+
+
+@pytest.mark.parametrize("argv", SUBMIT_ACCEPTED)
+def test_submit_lines_reach_the_submit_flow_as_through_the_full_tree(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.commands import submit
+
+    seen: list[tuple[Any, ...]] = []
+
+    def flow(st: AppState, opts: Any, out: Any) -> int:
+        seen.append((st.console_flag, _normal(st.fmt), out.json, opts))
+        return 0
+
+    monkeypatch.setattr(submit, "submit_experiment", flow)
+    assert fastpath.run(argv) == 0, f"the fast path declined {argv}"
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, (argv, result.output)
+    assert len(seen) == 2 and seen[0] == seen[1], seen
