@@ -67,8 +67,8 @@ LEASE_SECONDS = 60.0
 # long cycle (a big queue) keeps the scheduler to about 1 / (1 + COALESCE_FACTOR) of the database
 # thread. A notification that comes later than that after the last cycle (an idle console's lone
 # submission) starts its cycle at once. The admission benchmark: cycles were 28 % of the console's
-# CPU during a storm with one per submission, 17-20 % with the factor alone (a cycle of ~2 ms
-# then ran every ~20 ms).
+# CPU during a storm with one per submission, 17-20 % with the factor alone (a cycle of a few ms
+# on a quiet machine may then run every 20 ms or so).
 COALESCE_FACTOR = 8.0
 COALESCE_MIN_SECONDS = 0.05
 COALESCE_MAX_SECONDS = 0.1
