@@ -113,6 +113,8 @@ class JobsApi:
         self.shared = SharedReads()
         self.workspaces = WorkspaceRecords()
         self.hub = hf.HubChecker(ctx.cfg.hf_endpoint, ctx.cfg.hf_token) if ctx.cfg.hf_precheck else None
+        # the counter's child for admitted calls, looked up once (`labels` hashes and locks per call)
+        self._admitted_count = prom.SUBMISSIONS.labels("admitted", "")
         self.submit_rate = rate_limit.SubmitRateLimiter(ctx.cfg.submit_rate_per_user, ctx.cfg.submit_burst_per_user)
         # admitted submissions waiting for the database thread are queued in one transaction
         self.queue_jobs = GroupCommit(ctx.db, _queue_jobs)
@@ -181,7 +183,7 @@ class JobsApi:
         except errors.StarforgeError as e:
             prom.SUBMISSIONS.labels("refused", e.reason_name).inc()
             raise
-        prom.SUBMISSIONS.labels("admitted", "").inc()
+        self._admitted_count.inc()
         # every file readable by this caller and every path rule passed, for the digest admission
         # computed from the files (or loaded from the stored manifest of that digest)
         self.workspaces.record_admitted(_record_key(principal), spec.workspace.digest)

@@ -32,7 +32,7 @@ from control.db import engine
 from control.db import models as m
 from control.ledger import convert, jobs, outcomes
 from control.ledger import state_machine as sm
-from control.scheduler import backoff, heads, placement
+from control.scheduler import backoff, heads, leader, placement
 from recipes.catalog import RecipeDecl
 
 log = logging.getLogger("starforge.scheduler")
@@ -61,13 +61,17 @@ LEDGER_PASS_SECONDS = 60.0
 MAX_DECISIONS = 3
 LEASE_SECONDS = 60.0
 # A cycle woken by a notification (a submission, a finished attempt) starts no sooner than
-# COALESCE_FACTOR times the last cycle's duration after it ended, and never later than
-# COALESCE_MAX_SECONDS after: a storm of submissions then shares cycles instead of waking one per
-# submission, and the scheduler takes at most about 1 / (1 + COALESCE_FACTOR) of the database
-# thread. An idle console's cycle takes a few ms, so a lone submission waits for nothing
-# (the admission benchmark: cycles were 28 % of the console's CPU during a storm without this).
+# COALESCE_MIN_SECONDS after the last cycle ended (or COALESCE_FACTOR times that cycle's duration,
+# when longer), and never later than COALESCE_MAX_SECONDS after: a storm of submissions then
+# shares one cycle per COALESCE_MIN_SECONDS at most instead of waking one per group commit, and a
+# long cycle (a big queue) keeps the scheduler to about 1 / (1 + COALESCE_FACTOR) of the database
+# thread. A notification that comes later than that after the last cycle (an idle console's lone
+# submission) starts its cycle at once. The admission benchmark: cycles were 28 % of the console's
+# CPU during a storm with one per submission, 17-20 % with the factor alone (a cycle of a few ms
+# on a quiet machine may then run every 20 ms or so).
 COALESCE_FACTOR = 8.0
-COALESCE_MAX_SECONDS = 0.05
+COALESCE_MIN_SECONDS = 0.05
+COALESCE_MAX_SECONDS = 0.1
 CLASS_NAMES = frozenset(n.removeprefix("FAILURE_CLASS_") for n in st.FailureClass.keys())  # noqa: SIM118
 MAX_DISPATCH_TRIES = 8
 # How long an attempt may wait for a full backend (ResourceExhausted) before it fails as INFRA.
@@ -175,6 +179,8 @@ class Scheduler:
         # Each owner's first PER_OWNER jobs as of the last full pass, kept up to date from what
         # changed since: the fast pass reads no queue rows (heads.py).
         self.heads = heads.HeadCache(ctx.db.queue_changes, PER_OWNER)
+        # Among replicas on PostgreSQL only one runs placement cycles (leader.py).
+        self.leadership = leader.Leadership(ctx.db)
 
     # -- placement and claim (one transaction) -------------------------------------------------
 
@@ -484,7 +490,8 @@ class Scheduler:
         while not stop.is_set():
             started = time.monotonic()
             try:
-                await self.tick()
+                if await self._leading():
+                    await self.tick()
             except errors.Unavailable as e:  # the database is down: say so, without a traceback
                 log.warning("scheduler cycle skipped: %s", e.message)
             except Exception:
@@ -493,13 +500,30 @@ class Scheduler:
             if await self.ctx.notifier.wait("schedule", self.ctx.cfg.scheduler_interval_seconds):
                 # coalesce a burst of notifications (see COALESCE_FACTOR); the cycle after the
                 # pause sees every notification of the pause
-                gap = min(COALESCE_MAX_SECONDS, COALESCE_FACTOR * (ended - started))
+                gap = coalesce_gap(ended - started)
                 await asyncio.sleep(max(0.0, ended + gap - time.monotonic()))
+
+    async def _leading(self) -> bool:
+        """Whether this replica cycles now (leader.py); one that has just become the leader reads
+        the queue afresh: its heads did not follow what other replicas did meanwhile."""
+        leading = await self.leadership.leading()
+        if self.leadership.changed:
+            self.leadership.changed = False
+            self.heads.ready = False
+            self._big_queue = False
+        return leading
 
     async def close(self) -> None:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.leadership.close()
+
+
+def coalesce_gap(duration: float) -> float:
+    """How long after a cycle of `duration` seconds ended a notified cycle may start (see
+    COALESCE_MIN_SECONDS)."""
+    return min(COALESCE_MAX_SECONDS, max(COALESCE_MIN_SECONDS, COALESCE_FACTOR * duration))
 
 
 def _pipeline_root(s: Session, job: m.Job) -> m.Job:
