@@ -90,7 +90,9 @@ def _write_atomically(path: pathlib.Path, data: object) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, separators=(",", ":"))
+                # dumps, not dump: json.dump encodes in pure Python, piece by piece (a 10,000-file
+                # lab's cache took ~0.5 s of a first submit); dumps uses the C encoder
+                f.write(json.dumps(data, separators=(",", ":")))
             os.replace(tmp, path)
         except OSError:
             with contextlib.suppress(OSError):

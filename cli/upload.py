@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from starforge_api.control.v1 import blob_service_pb2
 
@@ -175,48 +176,84 @@ class _Pipeline:
         self, cached_missing: Sequence[PackedFile], unhashed: Sequence[PackedFile]
     ) -> Iterator[blob_service_pb2.UploadBlobsRequest]:
         """The UploadBlobs stream: the cached files the console lacks, then each batch of
-        `unhashed` as soon as it is hashed and its digests looked up."""
+        `unhashed` as soon as it is hashed and its digests looked up. The next batch is read and
+        hashed on HASH_THREADS threads while this one is sent (reads and sha256 release the GIL)."""
         self.sent.extend(cached_missing)
         yield from blob_chunks(cached_missing, self.on_bytes, self.problems)
-        for batch in _batches(unhashed):
-            if self.problems:
-                return
-            hashed, contents = self._hash(batch)
-            if self.problems:
-                return
-            try:
-                missing = find_missing(self.client, [d for d in dict.fromkeys(b.sha256 for b in hashed)])
-            except CliError as err:
-                self.error = err
-                return
-            to_send = []
-            for b in hashed:
-                if b.sha256 in missing and b.sha256 not in self.handled:
-                    to_send.append(b)
-                self.handled.add(b.sha256)
-            self.sent.extend(to_send)
-            yield from blob_chunks(to_send, self.on_bytes, self.problems, contents)
+        with ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="sf-hash") as pool:
+            batches = _batches(unhashed)
+            ahead = _start_hashing(pool, next(batches, []))
+            while ahead:
+                hashed, contents = self._collect(ahead)
+                ahead = _start_hashing(pool, next(batches, [])) if not self.problems else []
+                if self.problems:
+                    break
+                try:
+                    missing = find_missing(self.client, list(dict.fromkeys(b.sha256 for b in hashed)))
+                except CliError as err:
+                    self.error = err
+                    break
+                to_send = []
+                for b in hashed:
+                    if b.sha256 in missing and b.sha256 not in self.handled:
+                        to_send.append(b)
+                    self.handled.add(b.sha256)
+                self.sent.extend(to_send)
+                yield from blob_chunks(to_send, self.on_bytes, self.problems, contents)
+                if self.problems:
+                    break
+            for future in ahead:
+                future.cancel()
 
-    def _hash(self, batch: Sequence[PackedFile]) -> tuple[list[PackedFile], dict[str, bytes]]:
-        """The batch with digests; the content of its small files, read once, by digest."""
+    def _collect(self, parts: list[Future[_Hashed]]) -> tuple[list[PackedFile], dict[str, bytes]]:
+        """A batch's files with their digests, and the content of its small files by digest, from
+        the parts hashed on the pool; stops at the first file that could not be read."""
         out: list[PackedFile] = []
         contents: dict[str, bytes] = {}
-        for f in batch:
-            if f.size < CHUNK:
-                data = _read_whole(f, self.problems)
-                if data is None:
-                    return out, contents
-                digest = hashlib.sha256(data).hexdigest()
-                contents[digest] = data
-            else:
-                try:
-                    digest = sha256_file(f.real)
-                except OSError as exc:
-                    self.problems.append(f"{f.path}: {exc.strerror}")
-                    return out, contents
-            self.digests[f.path] = digest
-            out.append(replace(f, sha256=digest))
+        for part in parts:
+            files, problem = part.result()
+            for f, digest, data in files:
+                self.digests[f.path] = digest
+                out.append(PackedFile(f.path, f.real, digest, f.size, f.executable, f.stat))
+                if data is not None:
+                    contents[digest] = data
+            if problem is not None:
+                self.problems.append(problem)
+                break
         return out, contents
+
+
+# Threads that read and hash files ahead of the upload (hash_and_upload): a batch is split into
+# this many parts, one per thread.
+HASH_THREADS = 2
+# One part hashed: (file, digest, its content when small), and the first problem (which ends it).
+_Hashed = tuple[list[tuple[PackedFile, str, bytes | None]], str | None]
+
+
+def _start_hashing(pool: ThreadPoolExecutor, batch: list[PackedFile]) -> list[Future[_Hashed]]:
+    if not batch:
+        return []
+    step = -(-len(batch) // HASH_THREADS)
+    return [pool.submit(_hash_part, batch[i : i + step]) for i in range(0, len(batch), step)]
+
+
+def _hash_part(files: Sequence[PackedFile]) -> _Hashed:
+    """Read and hash `files` in order: a small file is read once (its bytes are the ones sent), a
+    large one hashed as it is read (and read again when it is sent)."""
+    out: list[tuple[PackedFile, str, bytes | None]] = []
+    problems: list[str] = []
+    for f in files:
+        if f.size < CHUNK:
+            data = _read_whole(f, problems)
+            if data is None:
+                return out, problems[0]
+            out.append((f, hashlib.sha256(data).hexdigest(), data))
+            continue
+        try:
+            out.append((f, sha256_file(f.real), None))
+        except OSError as exc:
+            return out, f"{f.path}: {exc.strerror}"
+    return out, None
 
 
 def hash_small_change(pack: Pack) -> None:

@@ -27,14 +27,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from starforge_api.control.v1 import error_reason_pb2 as er
 
 from common import errors
 from control.auth import Principal
 from control.db import models as m
-from control.db.engine import Database
+from control.db.engine import Database, insert_rows
 
 # The owner recorded for blobs of published datasets (no user name contains '*').
 PUBLIC = "*"
@@ -52,13 +51,15 @@ def _batches(digests: Iterable[str]) -> Iterable[list[str]]:
 
 
 def record(s: Session, user: str, digests: Iterable[str]) -> None:
-    """Record `user` as an owner of each digest (idempotent; concurrent uploads are fine)."""
+    """Record `user` as an owner of each digest (idempotent; concurrent uploads are fine).
+
+    One DBAPI executemany of plain tuples (`ON CONFLICT DO NOTHING`, on SQLite and PostgreSQL
+    alike): a first upload of a 10,000-file lab records 10,000 rows, and building them as an ORM
+    multi-row INSERT cost more CPU than the database's work (profile of bench `packaging`).
+    """
     now = time.time()
-    dialect = s.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    for batch in _batches(digests):
-        stmt = insert(m.BlobOwner).values([{"digest": d, "user": user, "created_at": now} for d in batch])
-        s.execute(stmt.on_conflict_do_nothing(index_elements=["digest", "user"]))
+    rows = [(d, user, now) for d in sorted(set(digests))]
+    insert_rows(s, m.BlobOwner.__tablename__, ("digest", "user", "created_at"), rows, conflict=("digest", "user"))
 
 
 def readable(s: Session, user: str, digests: Iterable[str]) -> set[str]:

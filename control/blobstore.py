@@ -55,6 +55,7 @@ class BlobStore:
         self.max_blob_bytes = max_blob_bytes
         self.stats = UploadStats()
         self._lock = threading.Lock()
+        self._shards: set[str] = set()  # the `<d[:2]>` folders known to exist
         (root / "tmp").mkdir(parents=True, exist_ok=True)
         # Temporary files of writes a crash interrupted. Only old ones: control-plane replicas share
         # this directory, and a fresh file may be another replica's write in progress.
@@ -130,49 +131,67 @@ class BlobStore:
         syncfs makes all the contents durable, the files are renamed into place, and a second
         syncfs makes the names durable. A crash at any point leaves temporary files (removed at
         start) or whole blobs, never a published name over content that did not reach the disk.
-        One bad blob fails the batch and nothing of it is published.
+        One bad blob fails the batch and nothing of it is published. Plain strings and `os` calls
+        per blob: a batch is up to 2,048 small blobs, and pathlib's objects cost more than the
+        writes (profile of bench `packaging`).
         """
-        staged: list[tuple[pathlib.Path, pathlib.Path, int]] = []
+        root = os.fspath(self.root)
+        tag = f"{os.getpid()}.{threading.get_ident()}.batch"
+        staged: list[tuple[str, str]] = []
         new: list[bool] = []
         seen: set[str] = set()
         try:
             for digest, data in blobs:
-                target = self.path(digest)
+                if not is_digest(digest):
+                    raise errors.InvalidArgument(f"not a sha256 digest: {digest[:80]!r}")
                 self._check_size(digest, len(data))
                 actual = hashlib.sha256(data).hexdigest()
                 if actual != digest:
                     raise errors.InvalidArgument(
                         f"blob content does not match its digest: declared {digest}, content hashes to {actual}"
                     )
-                if digest in seen or target.is_file():
+                target = f"{root}/{digest[:2]}/{digest}"
+                if digest in seen or os.path.isfile(target):
                     new.append(False)
                     continue
                 seen.add(digest)
-                tmp = self.root / "tmp" / f"{digest}.{os.getpid()}.{threading.get_ident()}.batch"
-                with tmp.open("wb") as f:
-                    f.write(data)
-                staged.append((tmp, target, len(data)))
+                tmp = f"{root}/tmp/{digest}.{tag}"
+                _write_new(tmp, data)
+                staged.append((tmp, target))
                 new.append(True)
             if staged:
                 self._publish(staged)
         except BaseException:
-            for tmp, _, _ in staged:
-                tmp.unlink(missing_ok=True)
+            for tmp, _ in staged:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
         for is_new, (_, data) in zip(new, blobs, strict=True):
             self._count(is_new, len(data))
         return new
 
-    def _publish(self, staged: list[tuple[pathlib.Path, pathlib.Path, int]]) -> None:
+    def _publish(self, staged: list[tuple[str, str]]) -> None:
         fd = os.open(self.root / "tmp", os.O_RDONLY | os.O_DIRECTORY)
         try:
             sync_filesystem(fd)  # contents first ...
-            for tmp, target, _ in staged:
-                target.parent.mkdir(exist_ok=True)
-                os.replace(tmp, target)
+            for tmp, target in staged:
+                self._shard_dir(target)
+                try:
+                    os.replace(tmp, target)
+                except FileNotFoundError:  # its folder removed since (by hand): make it again
+                    self._shards.discard(target[: target.rfind("/")])
+                    self._shard_dir(target)
+                    os.replace(tmp, target)
             sync_filesystem(fd)  # ... then the names
         finally:
             os.close(fd)
+
+    def _shard_dir(self, target: str) -> None:
+        """Make the `<d[:2]>` folder of `target` once per store (at most 256 of them)."""
+        shard = target[: target.rfind("/")]
+        if shard not in self._shards:
+            os.makedirs(shard, exist_ok=True)
+            self._shards.add(shard)
 
     def _check_size(self, digest: str, size: int) -> None:
         if size < 0 or size > self.max_blob_bytes:
@@ -215,6 +234,17 @@ class BlobStore:
                 self.stats.bytes_written += nbytes
             else:
                 self.stats.blobs_already_present += 1
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Write `data` to a new file at `path` (no fsync: the caller's barrier makes it durable)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 class BlobWriter:

@@ -173,12 +173,20 @@ class Database:
         self.engine.dispose()
 
 
-def insert_rows(s: Session, table: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+def insert_rows(
+    s: Session,
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    conflict: Sequence[str] = (),
+) -> None:
     """INSERT many rows of plain tuples with one DBAPI executemany (SQLite and psycopg alike).
 
     For the telemetry tables, where a batch is thousands of rows: the ORM's and Core's per-row
     parameter processing cost more than SQLite's insert itself (profile of the ingest benchmark).
-    Runs on the session's connection, inside its transaction.
+    Runs on the session's connection, inside its transaction. `conflict`: the columns of a unique
+    key; a row that would repeat one is skipped (`ON CONFLICT (...) DO NOTHING`, both databases).
     """
     if not rows:
         return
@@ -188,6 +196,8 @@ def insert_rows(s: Session, table: str, columns: Sequence[str], rows: Sequence[t
     names = ", ".join(quote(c) for c in columns)
     # table and column names are the callers' constants (quoted), never user input
     sql = f"INSERT INTO {quote(table)} ({names}) VALUES ({', '.join([mark] * len(columns))})"  # noqa: S608
+    if conflict:
+        sql += f" ON CONFLICT ({', '.join(quote(c) for c in conflict)}) DO NOTHING"
     s.connection().exec_driver_sql(sql, list(rows))
 
 

@@ -108,8 +108,9 @@ class _Upload:
                     "whole blobs, not both",
                     field_violations=(errors.FieldViolation("blobs", "set without digest, size, data or finish"),),
                 )
-            for blob in message.blobs:
-                await self._add(blob.digest, blob.data)
+            for blob in message.blobs:  # no await per blob: only when a batch is full
+                if self._stage(blob.digest, blob.data):
+                    await self._flush()
             return
         if self._writer is None and message.finish and message.size == len(message.data):
             await self._add(message.digest, message.data)  # a whole blob in one chunk (older clients)
@@ -117,6 +118,11 @@ class _Upload:
         await self._chunk(message)
 
     async def _add(self, digest: str, data: bytes) -> None:
+        if self._stage(digest, data):
+            await self._flush()
+
+    def _stage(self, digest: str, data: bytes) -> bool:
+        """Add a whole blob to the open batch; whether the batch is full."""
         if not is_digest(digest):
             raise errors.InvalidArgument(
                 f"not a sha256 digest: {digest[:80]!r}",
@@ -124,8 +130,7 @@ class _Upload:
             )
         self._batch.append((digest, data))
         self._batch_bytes += len(data)
-        if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_BLOBS:
-            await self._flush()
+        return self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_BLOBS
 
     async def _flush(self) -> None:
         if not self._batch:

@@ -28,6 +28,23 @@ def test_blob_owners_are_recorded_once_and_read_per_user(db: Database) -> None:
     assert db.run_sync(lambda s: blob_access.readable(s, "mallory", [A, B, C])) == {C}
 
 
+def test_owner_rows_of_a_large_upload_in_one_call_keep_the_first_upload_time(db: Database) -> None:
+    digests = [f"{i:064x}" for i in range(1200)]  # more rows than one multi-row INSERT had
+    db.run_sync(lambda s: blob_access.record(s, "alice", digests[:10]))
+
+    def created(s: Session) -> float:
+        row = s.get(m.BlobOwner, (digests[0], "alice"))
+        assert row is not None
+        return row.created_at
+
+    first = db.run_sync(created)
+    db.run_sync(lambda s: blob_access.record(s, "alice", digests + digests[:5]))
+    db.run_sync(lambda s: blob_access.record(s, "bob", digests[:3]))
+    assert db.run_sync(lambda s: blob_access.readable(s, "alice", digests)) == set(digests)
+    assert db.run_sync(lambda s: blob_access.readable(s, "bob", digests)) == set(digests[:3])
+    assert db.run_sync(created) == first
+
+
 def test_a_join_token_is_spent_once_and_replaces_the_nodes_credential(db: Database) -> None:
     db.run_sync(lambda s: auth.create_user(s, "root", admin=True))
     root = auth.Principal(user="root", admin=True, kind="pat", token_id="x")

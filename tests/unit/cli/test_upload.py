@@ -11,8 +11,9 @@ import pytest
 from starforge_api.control.v1 import blob_service_pb2 as bs
 
 from cli import upload
+from cli.errors import CliError
 from cli.output import Output
-from cli.pack import PackedFile
+from cli.pack import Pack, PackedFile, to_manifest
 from tests.unit.cli.fakes import FakeClient
 from tests.unit.cli.helpers import write
 
@@ -110,3 +111,35 @@ def test_upload_only_missing_and_unchanged_uploads_nothing(
     assert again.files_unchanged == 5
     assert received == []
     assert again.summary() == "uploaded 0 file(s) (0 B), 5 unchanged"
+
+
+def _unhashed(f: PackedFile) -> PackedFile:
+    return PackedFile(f.path, f.real, "", f.size, f.executable)
+
+
+def test_the_pipeline_hashes_ahead_on_threads_and_sends_each_blob_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(upload, "PIPELINE_FILES", 3)  # several batches, each split over the threads
+    files = [_file(tmp_path, f"f{i}", f"content {i % 7}".encode()) for i in range(20)]
+    files.append(_file(tmp_path, "big", b"b" * (upload.CHUNK + 5)))
+    pack = Pack([_unhashed(f) for f in files], to_manifest([]))
+    received: list[Any] = []
+    stats = upload.hash_and_upload(_client(set(), [], received), pack, Output())  # type: ignore[arg-type]
+    assert [f.sha256 for f in pack.files] == [f.sha256 for f in files]
+    assert sorted(r.digest for r in received) == sorted({f.sha256 for f in files})
+    assert stats.files_uploaded == len(files)
+    assert stats.bytes_uploaded == sum(len(f"content {i}") for i in range(7)) + upload.CHUNK + 5
+
+
+def test_a_file_gone_while_hashed_ahead_is_named_and_later_batches_are_not_sent(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(upload, "PIPELINE_FILES", 2)
+    files = [_file(tmp_path, f"f{i}", f"content {i}".encode()) for i in range(8)]
+    pathlib.Path(files[3].real).unlink()
+    pack = Pack([_unhashed(f) for f in files], to_manifest([]))
+    received: list[Any] = []
+    with pytest.raises(CliError, match="upload failed: f3: No such file or directory"):
+        upload.hash_and_upload(_client(set(), [], received), pack, Output())  # type: ignore[arg-type]
+    assert {r.digest for r in received} <= {f.sha256 for f in files[:3]}

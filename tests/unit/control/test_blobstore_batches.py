@@ -47,3 +47,16 @@ def test_start_removes_only_stale_temporary_files(tmp_path: pathlib.Path) -> Non
     BlobStore(tmp_path)
     assert not stale.exists()
     assert fresh.exists()
+
+
+def test_put_many_makes_a_removed_shard_folder_again_and_refuses_a_bad_digest(tmp_path: pathlib.Path) -> None:
+    store = BlobStore(tmp_path)
+    assert store.put_many([(_digest(b"a"), b"a")]) == [True]
+    (tmp_path / _digest(b"a")[:2] / _digest(b"a")).unlink()
+    (tmp_path / _digest(b"a")[:2]).rmdir()  # by hand, behind the store's back
+    assert store.put_many([(_digest(b"a"), b"a")]) == [True]
+    assert store.read_bytes(_digest(b"a")) == b"a"
+    with pytest.raises(errors.InvalidArgument, match="not a sha256 digest"):
+        store.put_many([(_digest(b"b"), b"b"), ("../" + _digest(b"c")[3:], b"c")])
+    assert not store.has(_digest(b"b"))
+    assert list((tmp_path / "tmp").iterdir()) == []
