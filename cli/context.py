@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # typer: the fast path (cli.fastpath) makes an AppState witho
     import typer
 
     from cli.client import Client
+    from cli.fastclient import ReadClient
     from cli.lab import Lab
 
 
@@ -32,7 +33,9 @@ class AppState:
     fmt: Format = Format.text
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)
     cwd: pathlib.Path | None = None
-    _client: Client | None = None
+    # the fast path (cli.fastpath) reads over cli.fastclient's HTTP/2 instead of grpcio
+    fast_reads: bool = False
+    _client: Client | ReadClient | None = None
 
     def output(self, override: Format | None = None) -> Output:
         """The output for a command, honouring its own `-o` over the global one."""
@@ -68,6 +71,19 @@ class AppState:
         from cli.client import Client  # grpc: only commands that talk to the console import it
 
         self._client = Client(address, secret, tls=tls, ca_file=cfg.ca_file, insecure=cfg.insecure)
+        return self._client
+
+    def reader(self) -> Client | ReadClient:
+        """A client for the console's unary reads: `ReadClient` on the fast path, else `client()`."""
+        if not self.fast_reads:
+            return self.client()
+        cfg = self.config()
+        secret = self.require_token(cfg.console)
+        if self._client is not None:
+            self._client.close()
+        from cli.fastclient import ReadClient
+
+        self._client = ReadClient(cfg.console, secret, tls=cfg.tls, ca_file=cfg.ca_file, insecure=cfg.insecure)
         return self._client
 
     def lab(self) -> Lab:

@@ -297,7 +297,7 @@ def run(argv: Sequence[str]) -> int | None:
     from cli.context import AppState
 
     as_json = wants_json(argv)
-    state = AppState(console_flag=parsed.root["console_addr"], fmt=parsed.root["output"])
+    state = AppState(console_flag=parsed.root["console_addr"], fmt=parsed.root["output"], fast_reads=True)
     try:
         try:
             return parsed.command.run(state, parsed.params)

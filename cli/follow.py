@@ -13,14 +13,19 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import grpc
 from starforge_api.control.v1 import control_service_pb2
 from starforge_api.job.v1 import job_pb2, job_state_pb2, telemetry_pb2
 
-from cli.client import Client
 from cli.errors import EXIT_UNREACHABLE, CliError
 from cli.output import Output, message_to_dict, ts_to_datetime
+
+if TYPE_CHECKING:  # grpc: imported by the streams that follow; `sf job status` reads without it
+    import grpc
+
+    from cli.client import Client
+    from cli.fastclient import ReadClient
 
 TERMINAL = frozenset(
     {job_state_pb2.JOB_STATE_SUCCEEDED, job_state_pb2.JOB_STATE_FAILED, job_state_pb2.JOB_STATE_STOPPED}
@@ -37,6 +42,8 @@ def state_name(state: int) -> str:
 
 def _reconnectable(err: grpc.RpcError) -> bool:
     """Whether a broken stream is worth resuming (transport trouble, not a refusal)."""
+    import grpc
+
     code = err.code()
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return True
@@ -74,7 +81,7 @@ class Backoff:
         self.sleep(self._delay)
 
 
-def resolve_job_id(client: Client, job_id: str) -> job_pb2.Job:
+def resolve_job_id(client: Client | ReadClient, job_id: str) -> job_pb2.Job:
     """The job for an id or "latest" (so reconnects stay on the same job)."""
     resp = client.call(client.control.GetJob, control_service_pb2.GetJobRequest(job_id=job_id or "latest"))
     job: job_pb2.Job = resp.job
@@ -118,6 +125,8 @@ def follow_logs(
     printer: Callable[[telemetry_pb2.LogLine], None] | None = None,
 ) -> int | None:
     """Print the job's log; with `follow`, until it ends. Returns the final JobState when known."""
+    import grpc
+
     backoff = backoff or Backoff()
     emit = printer or LogPrinter(out)
     last: tuple[int, int] | None = None
@@ -196,6 +205,8 @@ def print_event(out: Output, event: job_pb2.JobEvent) -> None:
 
 def watch_job(client: Client, job_id: str, out: Output, *, backoff: Backoff | None = None) -> int | None:
     """Print transitions until the job ends; returns its final state (None if the stream just ended)."""
+    import grpc
+
     backoff = backoff or Backoff()
     last_seq = -1
     final: int | None = None

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import grpc
 
-# The largest gRPC message either side accepts (servers use it too: `common.server`). Defined here,
-# not in common.server, so that a client (`sf`) does not import the server's modules to learn it.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The message size limit and the token metadata live in common.wire (no grpc import), so that the
+# CLI's HTTP/2 reads share them; re-exported here for the grpcio channels and servers.
+from common.wire import MAX_MESSAGE_BYTES, bearer
+
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "MAX_MESSAGE_BYTES",
+    "aio_channel",
+    "bearer",
+    "token_from_authorization",
+    "token_from_metadata",
+]
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -25,11 +34,6 @@ def aio_channel(address: str, credentials: grpc.ChannelCredentials | None = None
     if credentials is not None:
         return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-
-
-def bearer(token: str) -> tuple[tuple[str, str], ...]:
-    """Call metadata carrying a token."""
-    return (("authorization", f"Bearer {token}"),)
 
 
 def token_from_metadata(metadata: object) -> str | None:

@@ -21,6 +21,7 @@ from cli.output import Format, message_to_dict
 if TYPE_CHECKING:
     from cli.client import Client
     from cli.context import AppState
+    from cli.fastclient import ReadClient
 
 
 def parse_states(values: list[str]) -> list[job_state_pb2.JobState]:
@@ -58,7 +59,7 @@ def parse_label_filters(values: list[str]) -> dict[str, str]:
 
 
 def list_jobs(
-    client: Client,
+    client: Client | ReadClient,
     *,
     all_users: bool,
     states: list[job_state_pb2.JobState],
@@ -101,7 +102,7 @@ def job_ls(
 ) -> int:
     """`sf job ls`: the caller's jobs (every user's with `all_users`), newest first, as a table or JSON."""
     out = st.output(output)
-    client = st.client()
+    client = st.reader()
     jobs = list_jobs(
         client,
         all_users=all_users,
@@ -127,7 +128,7 @@ def job_ls(
 def job_status(st: AppState, output: Format | None, job_id: str) -> int:
     """`sf job status`: one job (an id, or "latest") as a panel or JSON."""
     out = st.output(output)
-    job = resolve_job_id(st.client(), job_id)
+    job = resolve_job_id(st.reader(), job_id)
     if out.json:
         out.data({"job": message_to_dict(job)})
     else:
