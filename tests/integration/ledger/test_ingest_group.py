@@ -29,8 +29,12 @@ def _runs(db: Database, n: int) -> list[str]:
     """`n` RUNNING attempts, each with its cursor (a first batch stored alone)."""
     ids = db.run_sync(lambda s: [f.attempt(s, f.job(s), to=sm.RUNNING).id for _ in range(n)])
     for aid in ids:
-        db.run_sync(lambda s, a=aid: ingest.apply_records(s, a, [f.log_record(1, "first")], scope_attempt_id=a))
+        _first(db, aid, "first")
     return ids
+
+
+def _first(db: Database, aid: str, line: str) -> None:
+    db.run_sync(lambda s: ingest.apply_records(s, aid, [f.log_record(1, line)], scope_attempt_id=aid))
 
 
 def _texts(db: Database, aid: str) -> list[str]:
@@ -110,7 +114,7 @@ def test_a_batch_whose_store_fails_fails_only_itself(db: Database) -> None:
     async def go() -> list[ingest_group.Result | BaseException]:
         group = GroupCommit(db, apply)
         batches = [Batch(a, [f.log_record(2, f"line of {a}")], a) for a in runs]
-        return await asyncio.gather(*(group.submit(b) for b in batches), return_exceptions=True)
+        return list(await asyncio.gather(*(group.submit(b) for b in batches), return_exceptions=True))
 
     answers = asyncio.run(go())
     assert group_sizes == [4, 1, 1, 1, 1]
@@ -131,7 +135,7 @@ def test_two_attempts_of_one_job_share_its_log_counter(db: Database) -> None:
 
     old, new = db.run_sync(two)
     for aid in (old, new):
-        db.run_sync(lambda s, a=aid: ingest.apply_records(s, a, [f.log_record(1, "x")], scope_attempt_id=a))
+        _first(db, aid, "x")
     answers = _store(db, [Batch(old, [f.log_record(2, "abc")], old), Batch(new, [f.log_record(2, "defg")], new)])
     assert all(isinstance(r, ingest.Applied) and r.logs_added == 1 for r in answers)
     job = db.run_sync(lambda s: s.get(m.Job, old.split(".")[0]))
