@@ -34,11 +34,21 @@ class GroupCommit(Generic[I, R]):
     """Applies queued items in batches, one transaction per batch (module docstring)."""
 
     def __init__(
-        self, db: Database, apply: Callable[[Session, Sequence[I]], list[R]], *, max_batch: int = MAX_BATCH
+        self,
+        db: Database,
+        apply: Callable[[Session, Sequence[I]], list[R]],
+        *,
+        max_batch: int = MAX_BATCH,
+        weigh: Callable[[I], int] | None = None,
+        max_weight: int = 0,
     ) -> None:
+        """`weigh` and `max_weight`: a batch also stops before the item that would take its
+        total weight (bytes, say) over `max_weight`; it always takes at least one item."""
         self.db = db
         self.apply = apply
         self.max_batch = max_batch
+        self.weigh = weigh
+        self.max_weight = max_weight
         self._waiting: list[tuple[I, asyncio.Future[R]]] = []
         self._drainer: asyncio.Future[None] | None = None
 
@@ -53,8 +63,9 @@ class GroupCommit(Generic[I, R]):
     async def _drain(self) -> None:
         try:
             while self._waiting:
-                batch = [(item, fut) for item, fut in self._waiting[: self.max_batch] if not fut.done()]
-                del self._waiting[: self.max_batch]
+                n = self._taken()
+                batch = [(item, fut) for item, fut in self._waiting[:n] if not fut.done()]
+                del self._waiting[:n]
                 if batch:
                     await self._apply(batch)
         except BaseException as exc:  # the loop is closing: nobody may wait forever
@@ -62,6 +73,18 @@ class GroupCommit(Generic[I, R]):
                 _settle(fut, exc)
             self._waiting.clear()
             raise
+
+    def _taken(self) -> int:
+        """How many of the waiting items the next batch takes (`max_batch`, `max_weight`)."""
+        n = min(len(self._waiting), self.max_batch)
+        if self.weigh is None:
+            return n
+        total = 0
+        for i, (item, _) in enumerate(self._waiting[:n]):
+            total += self.weigh(item)
+            if total > self.max_weight and i:
+                return i
+        return n
 
     async def _apply(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
         items = [item for item, _ in batch]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +21,16 @@ from starforge_api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from common import errors
 from control import auth, diagnosis, metrics
 from control.context import Context
+from control.db.group_commit import GroupCommit
 from control.ledger import jobs
 from control.ledger import state_machine as sm
-from control.telemetry import bounds, ingest
+from control.telemetry import bounds, ingest, ingest_group
 
 MAX_RECORDS_PER_BATCH = 5000
+# One group commit of telemetry batches: at most this many batches (one per attempt, the others
+# wait for the next group) and records; a batch larger than the records bound goes alone.
+GROUP_MAX_BATCHES = 256
+GROUP_MAX_RECORDS = MAX_RECORDS_PER_BATCH
 SIGNAL_POLL_SECONDS = 5.0
 
 
@@ -73,10 +78,34 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.limits = bounds.IngestLimits.of(ctx.cfg)
+        # telemetry batches of all the streams, stored together (telemetry.ingest_group)
+        self.group = GroupCommit(
+            ctx.db,
+            self._store_group,
+            max_batch=GROUP_MAX_BATCHES,
+            weigh=lambda b: len(b.records) + 1,
+            max_weight=GROUP_MAX_RECORDS,
+        )
+
+    def _store_group(self, s: Session, batches: Sequence[ingest_group.Batch]) -> list[ingest_group.Result]:
+        return ingest_group.store(s, batches, self.ctx.masks.for_ids, self.limits)
 
     async def _apply(self, attempt_id: str, records: list[pb.Record], scope_attempt_id: str) -> ingest.Applied:
-        """Store a batch; before a record that ends the attempt, read the log tail and diagnose it
-        in a worker thread (bounded input, a time limit), then store the record with that evidence."""
+        """Store a batch: telemetry with the other streams' batches waiting (`ingest_group`), else
+        (or when the group hands it back) alone, in `_apply_alone`."""
+        if not any(rec.WhichOneof("body") == "lifecycle" for rec in records):
+            ingest.check_scope(attempt_id, scope_attempt_id)
+            done = await self.group.submit(ingest_group.Batch(attempt_id, records, scope_attempt_id))
+            if isinstance(done, Exception):
+                raise done
+            if done is not None:
+                return done
+        return await self._apply_alone(attempt_id, records, scope_attempt_id)
+
+    async def _apply_alone(self, attempt_id: str, records: list[pb.Record], scope_attempt_id: str) -> ingest.Applied:
+        """Store a batch in a transaction of its own; before a record that ends the attempt, read the
+        log tail and diagnose it in a worker thread (bounded input, a time limit), then store the
+        record with that evidence."""
         total: ingest.Applied | None = None
         for seg in _segments(records) or [[]]:  # an empty batch still gets its ack and signal
             evidence: dict[int, diagnosis.LogEvidence] = {}

@@ -410,6 +410,20 @@ def _signal(desired: int, attempt_state: int) -> int:
     return pb.CONTROL_SIGNAL_UNSPECIFIED
 
 
+class Rows:
+    """Where `_store` puts a batch's log lines and metric chunks: straight into the session's
+    transaction (this class), or gathered for several runs' batches (`ingest_group.Gathered`)."""
+
+    def __init__(self, s: Session) -> None:
+        self.s = s
+
+    def logs(self, job_id: str, attempt_number: int, offset: int, rows: Sequence[tuple[int, float, str]]) -> int:
+        return logs.append(self.s, job_id, attempt_number, offset, rows)
+
+    def metrics(self, job_id: str, attempt_number: int, points: metrics.Columns) -> None:
+        metrics.append(self.s, job_id, attempt_number, points)
+
+
 def _store(
     s: Session,
     stream: _Stream,
@@ -417,9 +431,12 @@ def _store(
     mask_of: Callable[[], Callable[[str], str]],
     limits: IngestLimits,
     lifecycle: Callable[[lc.LifecycleEvent, int, float], list[jobs.Transition]],
+    into: Rows | None = None,
 ) -> Applied:
     """Store the records after `stream.acked_seq` in order, advancing `stream` (its cursor and log
-    counters, which the caller writes back); `lifecycle(event, seq, time)` applies a lifecycle record."""
+    counters, which the caller writes back); `lifecycle(event, seq, time)` applies a lifecycle record.
+    Log lines and metric chunks go `into` (the session's transaction by default)."""
+    rows_to = into or Rows(s)
     out = Applied(acked_seq=stream.acked_seq, job_id=stream.job_id)
     writer = _LogWriter(stream.log_bytes, stream.log_dropped_bytes, limits)
     columns = metrics.Columns()
@@ -434,9 +451,9 @@ def _store(
         log_rows = writer.take()
         if log_rows:  # for the followers' in-memory tail, once committed
             out.log_segments.append((stream.attempt_number, stream.next_log_offset, log_rows))
-        stream.next_log_offset = logs.append(s, stream.job_id, stream.attempt_number, stream.next_log_offset, log_rows)
+        stream.next_log_offset = rows_to.logs(stream.job_id, stream.attempt_number, stream.next_log_offset, log_rows)
         points = columns.take()
-        metrics.append(s, stream.job_id, stream.attempt_number, points)
+        rows_to.metrics(stream.job_id, stream.attempt_number, points)
         out.logs_added += len(log_rows)
         out.metrics_added += points.count
 

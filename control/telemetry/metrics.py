@@ -16,6 +16,7 @@ import sys
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
@@ -140,9 +141,27 @@ def _chunk_steps(parts: Sequence[tuple[list[int], bytes, bytes]]) -> tuple[int, 
     return first, last, _step_data(steps, first, last)
 
 
+CHUNK_COLUMNS = (
+    "job_id",
+    "attempt_number",
+    "name",
+    "first_step",
+    "last_step",
+    "points",
+    "step_data",
+    "value_data",
+    "time_data",
+)
+
+
 def append(s: Session, job_id: str, attempt_number: int, columns: Columns) -> None:
     """Store the points of `columns` (one chunk row per metric name), in the session's transaction."""
-    rows = []
+    insert_rows(s, m.MetricChunk.__tablename__, CHUNK_COLUMNS, chunk_rows(job_id, attempt_number, columns))
+
+
+def chunk_rows(job_id: str, attempt_number: int, columns: Columns) -> list[tuple[Any, ...]]:
+    """The metric chunk rows (`CHUNK_COLUMNS`) of `columns`: one per metric name."""
+    rows: list[tuple[Any, ...]] = []
     for name, added in columns.by_name.items():
         parts = [part for part in added if part[0]]
         if not parts:
@@ -152,22 +171,7 @@ def append(s: Session, job_id: str, attempt_number: int, columns: Columns) -> No
         values = b"".join(part[1] for part in parts)
         times = b"".join(part[2] for part in parts)
         rows.append((job_id, attempt_number, name, first, last, points, step_data, values, times))
-    insert_rows(
-        s,
-        m.MetricChunk.__tablename__,
-        (
-            "job_id",
-            "attempt_number",
-            "name",
-            "first_step",
-            "last_step",
-            "points",
-            "step_data",
-            "value_data",
-            "time_data",
-        ),
-        rows,
-    )
+    return rows
 
 
 def count(s: Session, job_id: str, name: str | None = None) -> int:
