@@ -26,6 +26,7 @@ WORK = REPO / "build" / "bench-ab"
 ROWS = {
     "admission": ("bench.admission", "per_s"),
     "ingest": ("bench.ingest", "per_s"),
+    "throughput": ("bench.throughput", "per_s"),  # STARFORGE_BENCH_E2E_JOBS=48 for a short run
 }
 PROBE = """
 import json, sys

@@ -47,7 +47,8 @@ from bench.common import (
 from bench.console import Client, Console, running_console
 from common.channel import aio_channel
 
-JOBS = 24 if QUICK else int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "1000"))
+# STARFORGE_BENCH_E2E_JOBS sets the number in quick mode too (24 there unless it does)
+JOBS = int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "24" if QUICK else "1000"))
 SLOTS = int(os.environ.get("STARFORGE_BENCH_SLOTS", "0"))  # 0: sf up's default
 CLIENTS = 8
 TIMEOUT_S = 1800.0

@@ -15,10 +15,15 @@ package's ``__init__`` imports the server half too (grpclib.server, and behind i
 protocol, h2 and multidict). The runner serves nothing: the package is set up with its client
 half alone, and grpclib's protocol is imported when the ingest sender is, after the command
 started.
+
+The generated ``google.protobuf`` module imports ``dateutil.parser`` (its tz and parser tables: a
+sixth of those imports) for one call, Timestamp.from_dict of a string, which the runner never
+makes: ``dateutil.parser`` is set up lazily (importlib's LazyLoader) and runs on first use only.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -27,6 +32,7 @@ import types
 PACKAGE = "betterproto2"
 METADATA = "importlib.metadata"
 STUBS = "betterproto2.grpclib"
+LAZY = ("dateutil.parser",)
 
 
 def _dist_version(name: str) -> str | None:
@@ -90,8 +96,37 @@ def preload_client_stubs() -> None:
     sys.modules[PACKAGE].grpclib = package  # type: ignore[attr-defined]
 
 
+def import_lazily(name: str) -> None:
+    """A stand-in for module `name` that imports the real one on its first attribute access.
+
+    (importlib's LazyLoader does not do here: the import statement itself reads the module's
+    ``__spec__``, which loads it.) Nothing is done when `name` is imported already or its parent
+    package cannot be.
+    """
+    if name in sys.modules:
+        return
+    parent, _, child = name.rpartition(".")
+    try:
+        package = importlib.import_module(parent) if parent else None
+    except ImportError:
+        return
+    stand_in = types.ModuleType(name)
+
+    def load(attr: str) -> object:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attr)
+
+    stand_in.__getattr__ = load  # type: ignore[method-assign]
+    sys.modules[name] = stand_in
+    if package is not None:
+        setattr(package, child, stand_in)
+
+
 def entry() -> None:
     """Run the runner (see main.py), its messages runtime imported the short way first."""
+    for name in LAZY:
+        import_lazily(name)
     preload_messages_runtime()
     preload_client_stubs()
     from .main import entry as run_runner

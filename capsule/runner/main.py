@@ -10,6 +10,7 @@ from the console) give SIGNALLED and a SIGTERM to the command's process group.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -361,4 +362,17 @@ def main(environ: dict[str, str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """Run the runner and exit with its code, without the interpreter's teardown.
+
+    When main() returns, everything the runner owes is done: the command was reaped, the journal
+    closed (fsync'ed), the sender's last acknowledged record waited for (or the unacknowledged
+    ones left in the journal, said on stderr), the event loop shut down and its executor's
+    threads joined; the runner starts no other threads and registers no exit handlers. What the
+    normal exit would add is the teardown of every imported module, tens of milliseconds of CPU
+    per attempt, for nothing. Only the standard streams still need their buffers written.
+    """
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to tell it
+            stream.flush()
+    os._exit(code)

@@ -140,3 +140,14 @@ def test_requirement_parsing_errors() -> None:
     with pytest.raises(BuildError, match="not a pure-Python"):
         check_pure(pathlib.Path("multidict-6.0-cp311-cp311-manylinux_2_17_x86_64.whl"))
     check_pure(pathlib.Path("six-1.17.0-py2.py3-none-any.whl"))
+
+
+def test_every_registered_adapter_loads_under_its_own_name() -> None:
+    from capsule.runner.adapters import REGISTRY
+
+    for name in REGISTRY:
+        adapter = get_adapter(name)
+        assert adapter.name == name
+        assert get_adapter(name) is adapter  # imported and built once
+    with pytest.raises(PrecheckError, match="known: custom, nemo-rl, trl, verl"):
+        get_adapter("nope")
