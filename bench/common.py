@@ -212,6 +212,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_seconds_of(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of the processes `pids` so far; one that has exited counts 0."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+    return total
+
+
 def rss_mib(pid: int) -> dict[str, float]:
     """Current and peak resident memory of `pid` (MiB)."""
     out = {"rss": 0.0, "hwm": 0.0}

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from bench.common import PEER_NOT_RUN, QUICK, WORK, Result, fresh_dir, log, ratio_lower_better
-from bench.console import SF, Client, running_console
+from bench.console import SF, Client, Console, running_console
 from bench.peers_cache import ray_or_none
 
 SMALL_FILES, SMALL_BYTES = 9_990, 10 * 1024 + 512  # ~102 MiB
@@ -66,6 +66,35 @@ def _git(lab: pathlib.Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=lab, env=env, check=True, capture_output=True)
 
 
+def make_lab(lab: pathlib.Path, env: dict[str, str]) -> None:
+    """The row's lab made a StarForge lab again from scratch: `sf init`, a git repository, one
+    custom experiment on the host image, everything committed (no hash cache, no admitted digest)."""
+    shutil.rmtree(lab / ".git", ignore_errors=True)
+    shutil.rmtree(lab / ".starforge", ignore_errors=True)
+    for leftover in ("starforge.yaml", "experiments", ".gitignore"):
+        p = lab / leftover
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    subprocess.run([str(SF), "init", str(lab), "--name", "lab"], cwd=lab, env=env, capture_output=True, check=True)
+    _git(lab, "init", "-q")
+    subprocess.run(
+        [str(SF), "new", "exp", "--method", "custom/custom"], cwd=lab, env=env, capture_output=True, check=True
+    )
+    (lab / "experiments" / "exp" / "config.yaml").write_text("image: host\nobservability: platform\n")
+    _git(lab, "add", "-A")
+    _git(lab, "commit", "-qm", "lab")
+
+
+def drain(console: Console) -> None:
+    """Close the console's fleet to new work, so the row's jobs stay queued."""
+
+    async def go() -> None:
+        c = Client(console)
+        await c.drain()
+        await c.close()
+
+    asyncio.run(go())
+
+
 def measure_ours() -> dict[str, float]:
     lab = ensure_data()
     work = fresh_dir("packaging")
@@ -75,24 +104,8 @@ def measure_ours() -> dict[str, float]:
         def sf(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([str(SF), *args], cwd=lab, env=env, capture_output=True, text=True, check=True)
 
-        shutil.rmtree(lab / ".git", ignore_errors=True)
-        shutil.rmtree(lab / ".starforge", ignore_errors=True)
-        for leftover in ("starforge.yaml", "experiments", ".gitignore"):
-            p = lab / leftover
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        sf("init", str(lab), "--name", "lab")
-        _git(lab, "init", "-q")
-        sf("new", "exp", "--method", "custom/custom")
-        (lab / "experiments" / "exp" / "config.yaml").write_text("image: host\nobservability: platform\n")
-        _git(lab, "add", "-A")
-        _git(lab, "commit", "-qm", "lab")
-
-        async def drain() -> None:
-            c = Client(console)
-            await c.drain()
-            await c.close()
-
-        asyncio.run(drain())
+        make_lab(lab, env)
+        drain(console)
         runs = []
         for _ in range(3):  # first, then twice unchanged
             t0 = time.monotonic()

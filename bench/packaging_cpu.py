@@ -14,63 +14,26 @@ cProfile, into DIR (one round).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import pathlib
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-from bench.common import fresh_dir, log
-from bench.console import SF, Client, Console, running_console
-from bench.packaging import _git, ensure_data, lab_bytes
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
-    return total
-
-
-def _fresh_workspace(lab: pathlib.Path, console: Console) -> None:
-    env = console.env()
-    shutil.rmtree(lab / ".git", ignore_errors=True)
-    shutil.rmtree(lab / ".starforge", ignore_errors=True)
-    for leftover in ("starforge.yaml", "experiments", ".gitignore"):
-        p = lab / leftover
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    for args in (("init", str(lab), "--name", "lab"), ("new", "exp", "--method", "custom/custom")):
-        subprocess.run([str(SF), *args], cwd=lab, env=env, capture_output=True, check=True)
-        if args[0] == "init":
-            _git(lab, "init", "-q")
-    (lab / "experiments" / "exp" / "config.yaml").write_text("image: host\nobservability: platform\n")
-    _git(lab, "add", "-A")
-    _git(lab, "commit", "-qm", "lab")
-
-    async def drain() -> None:
-        c = Client(console)
-        await c.drain()
-        await c.close()
-
-    asyncio.run(drain())
+from bench.common import cpu_seconds_of, fresh_dir, log
+from bench.console import SF, running_console
+from bench.packaging import drain, ensure_data, lab_bytes, make_lab
 
 
 def measure_ours(profile: pathlib.Path | None = None) -> dict[str, float]:
     lab = ensure_data()
     work = fresh_dir("packaging-cpu")
     with running_console(work / "console") as console:
-        _fresh_workspace(lab, console)
+        make_lab(lab, console.env())
+        drain(console)
         time.sleep(1.0)  # let the console settle after start-up
         pids = console.pids()
         cmd = [str(SF), "submit", "exp", "-o", "json"]
@@ -85,10 +48,10 @@ def measure_ours(profile: pathlib.Path | None = None) -> dict[str, float]:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             time.sleep(1.0)
-        c0, r0, t0 = _cpu(pids), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+        c0, r0, t0 = cpu_seconds_of(pids), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
         proc = subprocess.run(cmd, cwd=lab, env=console.env(), capture_output=True, text=True, check=True)
         wall = time.monotonic() - t0
-        r1, c1 = resource.getrusage(resource.RUSAGE_CHILDREN), _cpu(pids)
+        r1, c1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds_of(pids)
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)

@@ -30,9 +30,8 @@ from typing import Any
 import grpc
 from starforge_api.control.v1 import blob_service_pb2 as pb
 
-from bench.common import fresh_dir, log, stop_pid
+from bench.common import cpu_seconds_of, fresh_dir, log, stop_pid
 from bench.packaging import LAB, ensure_data
-from bench.packaging_cpu import _cpu
 from control.blobstore import BlobStore
 from control.services.blob_service import BATCH_BLOBS, BATCH_BYTES
 
@@ -123,10 +122,10 @@ def receive_floor(messages: list[bytes], mode: str) -> dict[str, float]:
         with grpc.insecure_channel(f"127.0.0.1:{ready.read_text()}") as ch:
             call = ch.stream_unary(METHOD, request_serializer=None, response_deserializer=None)
             call(iter(messages[:2]))  # warm the connection
-            s0, c0, t0 = _cpu([proc.pid]), time.process_time(), time.monotonic()
+            s0, c0, t0 = cpu_seconds_of([proc.pid]), time.process_time(), time.monotonic()
             got = int(call(iter(messages)))
             wall, client = time.monotonic() - t0, time.process_time() - c0
-            server = _cpu([proc.pid]) - s0
+            server = cpu_seconds_of([proc.pid]) - s0
     finally:
         stop_pid(proc, 5)
     return {f"{mode}_server_cpu_s": server, f"{mode}_client_cpu_s": client, f"{mode}_wall_s": wall, "bytes": got}

@@ -13,7 +13,6 @@ Prints each round and the medians. Without `--base`: one side, this tree (profil
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import pathlib
@@ -24,22 +23,9 @@ import sys
 import time
 
 from bench.ab import base_tree
-from bench.common import REPO, fresh_dir, log
-from bench.console import SF, Client, Console, running_console
-from bench.packaging import _git, ensure_data
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _console_cpu(console: Console) -> float:
-    total = 0.0
-    for pid in console.pids():
-        try:
-            fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / TICK
-    return total
+from bench.common import REPO, cpu_seconds_of, fresh_dir, log
+from bench.console import SF, running_console
+from bench.packaging import drain, ensure_data, make_lab
 
 
 def _children_cpu() -> float:
@@ -52,17 +38,7 @@ def prepare_lab(env: dict[str, str]) -> pathlib.Path:
     lab = ensure_data()
     if (lab / ".git").is_dir() and (lab / "experiments" / "exp" / "config.yaml").is_file():
         return lab
-    for leftover in (".git", ".starforge", "experiments"):
-        subprocess.run(["rm", "-rf", str(lab / leftover)], check=True)
-    (lab / "starforge.yaml").unlink(missing_ok=True)
-    subprocess.run([str(SF), "init", str(lab), "--name", "lab"], cwd=lab, env=env, check=True, capture_output=True)
-    _git(lab, "init", "-q")
-    subprocess.run(
-        [str(SF), "new", "exp", "--method", "custom/custom"], cwd=lab, env=env, check=True, capture_output=True
-    )
-    (lab / "experiments" / "exp" / "config.yaml").write_text("image: host\nobservability: platform\n")
-    _git(lab, "add", "-A")
-    _git(lab, "commit", "-qm", "lab")
+    make_lab(lab, env)
     return lab
 
 
@@ -74,12 +50,7 @@ def measure_side(tree: pathlib.Path, resubmits: int, profile: str = "") -> dict[
         with running_console(fresh_dir("resubmit-ab") / "console") as console:
             env = console.env()
 
-            async def drain() -> None:
-                c = Client(console)
-                await c.drain()
-                await c.close()
-
-            asyncio.run(drain())
+            drain(console)
             lab = prepare_lab(env)
             (lab / ".starforge" / "cache" / "admitted.json").unlink(missing_ok=True)
             cmd = [str(SF), "submit", "exp", "-o", "json"]
@@ -90,12 +61,12 @@ def measure_side(tree: pathlib.Path, resubmits: int, profile: str = "") -> dict[
                 if profile and i == resubmits - 1:
                     run = [sys.executable, "-m", "cProfile", "-o", profile, str(SF), *cmd[1:]]
                 time.sleep(0.3)  # let the console's scheduler cycle settle between runs
-                c0, k0, t0 = _children_cpu(), _console_cpu(console), time.monotonic()
+                c0, k0, t0 = _children_cpu(), cpu_seconds_of(console.pids()), time.monotonic()
                 r = subprocess.run(run, cwd=lab, env=env, capture_output=True, text=True, check=True)
                 wall = time.monotonic() - t0
                 out["wall"].append(wall)
                 out["client"].append(_children_cpu() - c0)
-                out["console"].append(_console_cpu(console) - k0)
+                out["console"].append(cpu_seconds_of(console.pids()) - k0)
                 upload = json.loads(r.stdout)["upload"]
                 if upload.get("bytes_uploaded", 0):
                     raise RuntimeError(f"a re-submit uploaded bytes: {upload}")
