@@ -70,8 +70,10 @@ def starforge_images(dockerd: DockerEngine, python_image: str, tmp_path_factory:
     """`make images` on the session's engine FROM the test base image, once per session, plus the
     stand-in envoy image. Returns the images' tag."""
     env = dict(os.environ, DOCKER_HOST=dockerd.base_url)
+    # `-o web`: the UI bundle `make test` built goes in as it is. Rebuilding it here would rewrite
+    # web/dist while consoles of tests on the other pytest-xdist worker serve it.
     _run(
-        ["make", "--no-print-directory", "images", f"IMAGE_BASE={python_image}", f"IMAGE_TAG={TAG}"],
+        ["make", "--no-print-directory", "-o", "web", "images", f"IMAGE_BASE={python_image}", f"IMAGE_TAG={TAG}"],
         env,
         1500,
         "make images",
