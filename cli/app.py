@@ -35,7 +35,7 @@ from cli.output import Format, print_error
 COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("cli.commands.lab_cmds", "register"),
     "new": ("cli.commands.lab_cmds", "register"),
-    "submit": ("cli.commands.submit", "register"),
+    "submit": ("cli.commands.submit_cmd", "register"),
     "login": ("cli.commands.account", "register"),
     "logout": ("cli.commands.account", "register"),
     "whoami": ("cli.commands.account", "register"),

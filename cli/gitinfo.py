@@ -11,6 +11,7 @@ import os
 import pathlib
 import subprocess
 from dataclasses import dataclass
+from typing import NoReturn
 
 from cli.errors import usage
 
@@ -28,20 +29,62 @@ class GitState:
     untracked: tuple[str, ...]  # relative to the lab root, not ignored
 
 
+_ENV_OVERRIDES = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+# rev-parse prints the lab's prefix in the repository, HEAD's commit, HEAD's full name ("HEAD" when
+# detached) and its short name as `git symbolic-ref --short` gives it; the closing "--" keeps a file
+# named HEAD in the lab from making "HEAD" ambiguous, and is echoed back.
+_HEAD = ("rev-parse", "--show-prefix", "HEAD", "--symbolic-full-name", "HEAD", "--abbrev-ref=loose", "HEAD", "--")
+_TRACKED = ("ls-files", "-z", "--cached", "--recurse-submodules")
+_STATUS = ("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".")
+
+
 def _git(root: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
     try:
-        result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, env=env, check=False)
+        result = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, env={**os.environ, **_ENV_OVERRIDES}, check=False
+        )
     except FileNotFoundError:
         raise usage("git is not installed; sf submit packs the lab from git") from None
-    if check and result.returncode != 0:
-        err = result.stderr.decode(errors="replace").strip().splitlines()
-        raise usage(f"git {' '.join(args[:2])} failed in {root}: {err[-1] if err else 'error'}")
+    if check:
+        _check(root, args, result.returncode, result.stderr)
     return result
 
 
-def read_state(root: pathlib.Path) -> GitState:
-    """Read the lab's git state; refuse labs that are not (committed) git repositories."""
+def _check(root: pathlib.Path, args: tuple[str, ...], returncode: int, stderr: bytes) -> None:
+    if returncode != 0:
+        err = stderr.decode(errors="replace").strip().splitlines()
+        raise usage(f"git {' '.join(args[:2])} failed in {root}: {err[-1] if err else 'error'}")
+
+
+def _run_together(root: pathlib.Path, *commands: tuple[str, ...]) -> list[tuple[bytes, bytes, int]]:
+    """Run git `commands` at the same time (none depends on another's result): stdout, stderr, status."""
+    env = {**os.environ, **_ENV_OVERRIDES}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for args in commands:
+            procs.append(
+                subprocess.Popen(
+                    ["git", "-C", str(root), *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                )
+            )
+    except FileNotFoundError:
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+        raise usage("git is not installed; sf submit packs the lab from git") from None
+    results = []
+    for proc in procs:
+        out, err = proc.communicate()
+        results.append((out, err, proc.returncode))
+    return results
+
+
+def _refuse_head(root: pathlib.Path, stderr: bytes) -> NoReturn:
+    """Why the combined rev-parse failed, told as the separate probes always told it."""
     probe = _git(root, "rev-parse", "--show-prefix", check=False)
     if probe.returncode != 0:
         raise usage(
@@ -49,21 +92,47 @@ def read_state(root: pathlib.Path) -> GitState:
             "run `git init && git add -A && git commit`",
             hint=NOT_A_REPO_HINT,
         )
-    prefix = probe.stdout.decode().strip()
     head = _git(root, "rev-parse", "--verify", "-q", "HEAD", check=False)
     if head.returncode != 0:
         raise usage(
             "the lab's git repository has no commit yet: sf submit packs the lab from git; "
             "run `git add -A && git commit`",
         )
-    commit = head.stdout.decode().strip()
-    branch_run = _git(root, "symbolic-ref", "-q", "--short", "HEAD", check=False)
-    branch = branch_run.stdout.decode().strip() if branch_run.returncode == 0 else ""
-    tracked = _split_z(_git(root, "ls-files", "-z", "--cached", "--recurse-submodules").stdout)
-    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".").stdout
+    _check(root, _HEAD, 1, stderr)
+    raise AssertionError("unreachable")
+
+
+def _parse_head(out: bytes) -> tuple[str, str, str] | None:
+    """(prefix, commit, branch) from the combined rev-parse; None when it is not the expected shape."""
+    lines = out.split(b"\n")
+    if len(lines) < 6 or lines[-2:] != [b"--", b""]:
+        return None
+    commit, full_name, short_name = (line.decode(errors="replace") for line in lines[-5:-2])
+    prefix = b"\n".join(lines[:-5]).decode("utf-8", errors="surrogateescape")  # a folder name may hold a line break
+    branch = "" if full_name == "HEAD" else short_name  # "HEAD": detached, where `symbolic-ref` fails
+    return prefix, commit, branch
+
+
+def read_state(root: pathlib.Path) -> GitState:
+    """Read the lab's git state; refuse labs that are not (committed) git repositories.
+
+    Three git processes, run at the same time: `rev-parse` (the lab's prefix in the repository,
+    HEAD's commit and branch), `ls-files` (the tracked files) and `status` (the changes)."""
+    (head_out, head_err, head_rc), (tracked_out, tracked_err, tracked_rc), (status_out, status_err, status_rc) = (
+        _run_together(root, _HEAD, _TRACKED, _STATUS)
+    )
+    if head_rc != 0:
+        _refuse_head(root, head_err)
+    head = _parse_head(head_out)
+    if head is None:
+        raise usage(f"git rev-parse failed in {root}: unexpected output {head_out[-200:]!r}")
+    prefix, commit, branch = head
+    _check(root, _TRACKED, tracked_rc, tracked_err)
+    _check(root, _STATUS, status_rc, status_err)
+    tracked = _split_z(tracked_out)
     changed: list[str] = []
     untracked: list[str] = []
-    tokens = _split_z(status)
+    tokens = _split_z(status_out)
     i = 0
     while i < len(tokens):
         entry = tokens[i]

@@ -9,6 +9,7 @@ through the full tree, so help and usage errors have one source.
 from __future__ import annotations
 
 import enum
+import pathlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -219,9 +220,10 @@ def test_version_prints_what_the_full_tree_prints(capsys: pytest.CaptureFixture[
     assert fast.startswith("sf ")
 
 
-def test_the_hot_commands_load_neither_typer_nor_pydantic() -> None:
+def test_the_hot_commands_load_neither_typer_nor_pydantic(lab: pathlib.Path) -> None:
     """Start-up time (bench `cli`): through the console script's `main`, `sf --version` loads no
-    gRPC, protobuf or rich either, and `sf -o json job ls` no rich."""
+    gRPC, protobuf or rich either, `sf -o json job ls` no rich, and `sf submit` of a lab (packed,
+    then refused at the console it cannot reach) neither typer nor pydantic."""
     import os
     import subprocess
     import sys
@@ -243,8 +245,10 @@ def test_the_hot_commands_load_neither_typer_nor_pydantic() -> None:
         "STARFORGE_CLIENT_CONFIG": "/nonexistent",
     }
 
-    def loaded(*args: str) -> set[str]:
-        r = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, check=False)
+    def loaded(*args: str, cwd: pathlib.Path | None = None) -> set[str]:
+        r = subprocess.run(
+            [sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, check=False, cwd=cwd
+        )
         return set(r.stderr.split("\n")[-2].split())
 
     version = loaded("--version")
@@ -252,6 +256,9 @@ def test_the_hot_commands_load_neither_typer_nor_pydantic() -> None:
     ls = loaded("-o", "json", "job", "ls")  # cannot connect (exit 5): the imports up to the call, a JSON error
     assert "grpc" in ls
     assert not ls & {"typer", "click", "pydantic", "rich", "yaml"}, ls
+    submit = loaded("-o", "json", "submit", "demo", cwd=lab)
+    assert {"grpc", "cli"} <= submit  # it got as far as the console
+    assert not submit & {"typer", "click", "pydantic"}, submit
 
 
 SUBMIT_ACCEPTED = [
