@@ -33,6 +33,8 @@ from typing import IO
 import docker
 import pytest
 
+from tests.integration.backends.workers import claim_backend
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 BUILD = ROOT / "build"
 PERSISTENT = BUILD / "dockerd"
@@ -201,6 +203,7 @@ def stop_dockerd(engine: DockerEngine) -> None:
 @pytest.fixture(scope="session")
 def dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
     """A private dockerd for the session (see module docstring)."""
+    claim_backend("docker", tmp_path_factory.getbasetemp())
     session_dir = tmp_path_factory.mktemp("dockerd")
     engine, lock = start_dockerd(session_dir)
     try:

@@ -30,6 +30,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from tests.integration.backends.workers import claim_backend
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CRDS = ("ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml")
 START_TIMEOUT = 60.0
@@ -171,5 +173,6 @@ def crdserver(run_dir: pathlib.Path) -> Iterator[Kube]:
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     """A fresh crdserver with KubeRay's RayJob and RayCluster CRDs established."""
+    claim_backend("kube", tmp_path_factory.getbasetemp())
     with crdserver(tmp_path_factory.mktemp("k8s")) as k:
         yield k

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.backends.workers import claim_backend
 from tools.slurm import cluster
 from tools.slurm.errors import ClusterError
 
@@ -39,6 +40,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.
         except ClusterError as exc:
             pytest.fail(f"{REUSE_ENV}={reuse}: {exc}", pytrace=False)
         return
+    claim_backend("slurm", tmp_path_factory.getbasetemp())
     run_dir = tmp_path_factory.mktemp("slurm")
     try:
         info = cluster.start(
