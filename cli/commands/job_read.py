@@ -3,7 +3,7 @@
 Both ways into them call these functions: the typer commands of `cli.commands.job` and the fast
 path of `cli.fastpath`, so output, exit codes and errors are the same whichever way a command came
 in. Each returns the exit code of the command (0, or what a followed job's end means). This module
-imports neither typer nor rich (rich is loaded only when a table is printed).
+imports neither typer nor rich (rich is loaded only when a terminal gets a table or panel).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 from starforge_api.control.v1 import control_service_pb2
 from starforge_api.job.v1 import job_pb2, job_state_pb2
 
-from cli import tables
+from cli import jobtext, tables
 from cli.errors import EXIT_OK, usage
 from cli.follow import exit_code_for, follow_logs, resolve_job_id, state_name
 from cli.output import Format, message_to_dict
@@ -131,8 +131,10 @@ def job_status(st: AppState, output: Format | None, job_id: str) -> int:
     job = resolve_job_id(st.reader(), job_id)
     if out.json:
         out.data({"job": message_to_dict(job)})
+    elif (text := jobtext.status_text(job)) is not None:  # into a pipe: plain lines without rich
+        out.write(text)
     else:
-        from cli import render  # rich: text output only
+        from cli import render  # rich: a terminal, or text only rich prints as it should
 
         out.show(render.job_panel(job))
     return EXIT_OK
