@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 from starforge_api.control.v1 import control_service_pb2
 from starforge_api.job.v1 import job_pb2, job_state_pb2
 
-from cli import jobtext, tables
+from cli import tables
 from cli.errors import EXIT_OK, usage
 from cli.follow import exit_code_for, follow_logs, resolve_job_id, state_name
 from cli.output import Format, message_to_dict
@@ -126,12 +126,15 @@ def job_ls(
 
 
 def job_status(st: AppState, output: Format | None, job_id: str) -> int:
-    """`sf job status`: one job (an id, or "latest") as a panel or JSON."""
+    """`sf job status`: one job (an id, or "latest") as plain lines (a pipe), a panel (a terminal) or JSON."""
     out = st.output(output)
     job = resolve_job_id(st.reader(), job_id)
     if out.json:
         out.data({"job": message_to_dict(job)})
-    elif (text := jobtext.status_text(job)) is not None:  # into a pipe: plain lines without rich
+        return EXIT_OK
+    from cli import jobtext  # text output only
+
+    if (text := jobtext.status_text(job)) is not None:  # into a pipe: plain lines without rich
         out.write(text)
     else:
         from cli import render  # rich: a terminal, or text only rich prints as it should
