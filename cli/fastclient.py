@@ -13,7 +13,6 @@ has its own root store), a CA file that does not read as PEM, a plaintext consol
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from google.protobuf.message import Message
@@ -35,13 +34,13 @@ DEFAULT_TIMEOUT_S = 30.0  # as cli.client's (tests/unit/cli/test_h2unary.py chec
 R = TypeVar("R", bound=Message)
 
 
-@dataclass(frozen=True)
 class Method(Generic[R]):
     """One unary method of a service: its stub attribute, HTTP/2 path and response type."""
 
-    name: str
-    path: str
-    response: type[R]
+    __slots__ = ("name", "path", "response")
+
+    def __init__(self, name: str, path: str, response: type[R]) -> None:  # not a dataclass: ~0.3 ms of start
+        self.name, self.path, self.response = name, path, response
 
     def __call__(self, request: Any, *, timeout: float, metadata: Any) -> R:
         raise TypeError("a Method is made through ReadClient.call")  # it only names a call

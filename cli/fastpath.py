@@ -25,8 +25,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError
 from cli.exits import report_failure, wants_json
@@ -46,8 +45,10 @@ class Kind(enum.Enum):
     FORMAT = "format"  # `text` or `json` (cli.output.Format)
 
 
-@dataclass(frozen=True)
-class Opt:
+# NamedTuples, not dataclasses: each @dataclass costs ~0.3 ms of `sf`'s start (it compiles its methods)
+
+
+class Opt(NamedTuple):
     """One option: the parameter it sets, its names, how it takes its value, its default."""
 
     dest: str
@@ -58,8 +59,7 @@ class Opt:
     minimum: int = 0
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One hot command: its path under `sf`, options, optional positional, and what runs it."""
 
     path: tuple[str, ...]
@@ -171,8 +171,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
 _INT = re.compile(r"0|[1-9][0-9]{0,8}")
 
 
-@dataclass
-class Parsed:
+class Parsed(NamedTuple):
     """A command line the fast path runs: the root's options, the command and its parameters."""
 
     root: dict[str, Any]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import functools
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -73,11 +72,15 @@ class Output:
 
     def data(self, obj: Any) -> None:
         """Print one JSON document on stdout (JSON mode)."""
+        import json  # here: text output never needs it
+
         sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
         sys.stdout.flush()
 
     def json_line(self, obj: Any) -> None:
         """Print one compact JSON object per line (streams in JSON mode)."""
+        import json
+
         sys.stdout.write(json.dumps(obj, separators=(",", ":"), default=_json_default) + "\n")
         sys.stdout.flush()
 
@@ -115,6 +118,8 @@ class Output:
     def warn(self, text: str) -> None:
         """A warning on stderr, in both modes."""
         if self.json:
+            import json
+
             sys.stderr.write(json.dumps({"warning": text}) + "\n")
             return
         from rich.text import Text
@@ -125,6 +130,8 @@ class Output:
 def print_error(err: CliError, *, as_json: bool) -> None:
     """The one place an error is printed: `error: <message>` plus bullets, or JSON."""
     if as_json:
+        import json
+
         sys.stderr.write(json.dumps(err.to_json(), default=_json_default) + "\n")
         sys.stderr.flush()
         return

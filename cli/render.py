@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-from starforge_api.job.v1 import artifact_pb2, job_pb2, job_spec_pb2, job_state_pb2, telemetry_pb2
+from starforge_api.job.v1 import artifact_pb2, job_pb2, telemetry_pb2
 
+from cli import jobtext
 from cli.follow import state_name, state_style
-from cli.output import human_bytes, sparkline, timestamp_text
-from cli.tables import JOB_COLUMNS, JOB_WRAPS, job_row, wait_text
-
-
-def _enum(value: int, enum: object, prefix: str) -> str:
-    name: str = enum.Name(value)  # type: ignore[attr-defined]
-    return name.removeprefix(prefix).lower().replace("_", " ")
+from cli.output import human_bytes, sparkline
+from cli.tables import JOB_COLUMNS, JOB_WRAPS, job_row
 
 
 def state_text(state: int) -> Text:
@@ -39,112 +34,31 @@ def jobs_table(jobs: Sequence[job_pb2.Job]) -> Table:
     return table
 
 
-def _short(digest: str) -> str:
-    return digest.removeprefix("sha256:")[:16] if digest else "-"
-
-
-def _kv(table: Table, key: str, value: str | Text) -> None:
-    if value in ("", None):
-        return
-    table.add_row(Text(key, style="dim"), value)
-
-
-def _pool_text(pool: job_spec_pb2.Pool) -> str:
-    gpus = f"{pool.nodes}x{pool.gpus_per_node} GPU" if pool.gpus_per_node else f"{pool.nodes} node(s)"
-    return f"{pool.name or 'main'}: {pool.series} {gpus} ({pool.profile})"
-
-
-def last_exit_code(job: job_pb2.Job) -> int | None:
-    """Exit code of the last attempt that reported one (the diagnosis' when it has one)."""
-    for attempt in reversed(job.attempts):
-        if attempt.HasField("exit_code"):
-            code: int = attempt.exit_code
-            return code
-    if job.HasField("diagnosis") and job.diagnosis.HasField("exit_code"):
-        code = job.diagnosis.exit_code
-        return code
-    return None
-
-
-def image_text(job: job_pb2.Job) -> str:
-    """The image, and for "host" what it means (no container)."""
-    if job.image == "host":
-        return "host (no container: the fleet's own environment)"
-    return job.image
-
-
-def image_source_text(job: job_pb2.Job) -> str:
-    """Where the image came from: "<source>: <detail>" (empty for jobs admitted before it was recorded)."""
-    if not job.image_source:
-        return ""
-    name = _enum(job.image_source, job_pb2.ImageSource, "IMAGE_SOURCE_")
-    return f"{name}: {job.image_source_detail}" if job.image_source_detail else name
-
-
-def runtime_text(job: job_pb2.Job) -> str:
-    if not job.framework_version:
-        return ""
-    return job.framework_version + (f" (runtime {job.runtime_id})" if job.runtime_id else "")
-
-
-def tracker_text(o: job_spec_pb2.Observability) -> str:
-    """External observability: the tracker URL and tool ("" in platform mode)."""
-    if o.mode != job_spec_pb2.OBSERVABILITY_MODE_EXTERNAL or not o.url:
-        return ""
-    return f"{o.url} ({o.tool})" if o.tool else o.url
+def _grid(fields: Sequence[jobtext.Field]) -> Table:
+    """`key  value` rows (a styled value as Text; the others as the str the panel always passed)."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for f in fields:
+        grid.add_row(Text(f.key, style="dim"), Text(f.value, style=f.style) if f.style else f.value)
+    return grid
 
 
 def job_panel(job: job_pb2.Job) -> RenderableType:
-    """`sf job status`: everything about one job."""
-    head = Table.grid(padding=(0, 2))
-    head.add_column(no_wrap=True)
-    head.add_column()
-    _kv(head, "state", state_text(job.state))
-    _kv(head, "waiting", wait_text(job))
-    _kv(head, "owner", job.owner)
-    _kv(head, "project", job.project)
-    _kv(head, "experiment", job.experiment + (f" (stage {job.stage} of {job.parent_job_id})" if job.stage else ""))
-    _kv(head, "method", job.method)
-    _kv(head, "pools", ", ".join(_pool_text(p) for p in job.pools))
-    _kv(head, "image", image_text(job))
-    _kv(head, "image from", image_source_text(job))
-    _kv(head, "framework", runtime_text(job))
-    _kv(head, "fleet", job.fleet)
-    _kv(head, "tracker", tracker_text(job.spec.observability))
-    _kv(head, "created", timestamp_text(job.create_time))
-    if job.HasField("start_time"):
-        _kv(head, "started", timestamp_text(job.start_time))
-    if job.HasField("end_time"):
-        _kv(head, "ended", timestamp_text(job.end_time))
-    code = last_exit_code(job)
-    if code is not None:
-        _kv(head, "exit", f"exit code {code}")
-    if job.retry_budget:
-        _kv(head, "retries", f"{job.retries_used} of {job.retry_budget} used")
-    _kv(head, "out dir", job.out_dir)
-    for warning in job.warnings:
-        _kv(head, "warning", Text(warning, style="yellow"))
-    parts: list[RenderableType] = [head]
+    """`sf job status`: everything about one job (`cli.jobtext` has its fields and plain layout)."""
+    parts: list[RenderableType] = [_grid(jobtext.head_fields(job))]
     if job.HasField("diagnosis"):
         parts.append(_diagnosis(job.diagnosis))
     if job.attempts:
         parts.append(_attempts(job.attempts))
     if job.HasField("provenance"):
-        parts.append(_provenance(job.provenance))
+        parts.append(Group(Text("\nprovenance", style="bold"), _grid(jobtext.provenance_fields(job.provenance))))
     title = Text.assemble(("job ", "bold"), (job.job_id, "bold"), "  ", state_text(job.state))
     return Panel(Group(*parts), title=title, title_align="left", expand=False)
 
 
 def _diagnosis(d: job_pb2.Diagnosis) -> RenderableType:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True)
-    grid.add_column()
-    _kv(grid, "class", _enum(d.failure_class, job_state_pb2.FailureClass, "FAILURE_CLASS_"))
-    _kv(grid, "summary", d.summary)
-    _kv(grid, "hint", d.hint)
-    if d.retryable:
-        _kv(grid, "retry", "retried automatically")
-    parts: list[RenderableType] = [Text("\ndiagnosis", style="bold red"), grid]
+    parts: list[RenderableType] = [Text("\ndiagnosis", style="bold red"), _grid(jobtext.diagnosis_fields(d))]
     if d.log_tail:
         parts.append(Text("last log lines:", style="dim"))
         parts.append(Text("\n".join(f"  {line}" for line in d.log_tail)))
@@ -153,39 +67,13 @@ def _diagnosis(d: job_pb2.Diagnosis) -> RenderableType:
 
 def _attempts(attempts: Sequence[job_pb2.Attempt]) -> RenderableType:
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("#", "STATE", "CAUSE", "FLEET", "HANDLE", "NODE", "EXIT", "REASON"):
+    for col in jobtext.ATTEMPT_COLUMNS:
         table.add_column(col, overflow="fold")
-    for a in attempts:
-        table.add_row(
-            str(a.number),
-            state_text(a.state),
-            _enum(a.cause, job_pb2.AttemptCause, "ATTEMPT_CAUSE_"),
-            a.fleet + (f" ({a.executor_kind})" if a.executor_kind else ""),
-            a.backend_handle or "-",
-            a.node or "-",
-            str(a.exit_code) if a.HasField("exit_code") else "-",
-            a.reason,
-        )
+    for a, row in zip(attempts, jobtext.attempt_rows(attempts), strict=True):
+        cells: list[str | Text] = list(row)
+        cells[jobtext.ATTEMPT_STATE] = state_text(a.state)
+        table.add_row(*cells)
     return Group(Text("\nattempts", style="bold"), table)
-
-
-def _provenance(p: job_spec_pb2.Provenance) -> RenderableType:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True)
-    grid.add_column()
-    commit = p.git_commit[:12] + (" (dirty)" if p.git_dirty else "") if p.git_commit else "-"
-    _kv(grid, "git", commit + (f" on {p.git_branch}" if p.git_branch else ""))
-    if p.untracked_files:
-        shown = ", ".join(p.untracked_files[:5]) + (" ..." if len(p.untracked_files) > 5 else "")
-        _kv(grid, "untracked", f"{len(p.untracked_files)} file(s) not packed: {shown}")
-    snapshot = hashlib.sha256(p.config_snapshot.encode()).hexdigest() if p.config_snapshot else ""
-    _kv(grid, "config", _short(snapshot))
-    _kv(grid, "recipe", _short(p.recipe_digest))
-    _kv(grid, "runner", _short(p.runner_digest))
-    _kv(grid, "capsule", _short(p.capsule_digest))
-    _kv(grid, "image", _short(p.image_digest))
-    _kv(grid, "client", " ".join(x for x in (p.client_version and f"sf {p.client_version}", p.client_host) if x))
-    return Group(Text("\nprovenance", style="bold"), grid)
 
 
 def metrics_table(series: Sequence[telemetry_pb2.MetricSeries]) -> Table:

@@ -33,6 +33,11 @@ _PRINTABLE = re.compile(r"[ -~]*")
 _WORD = re.compile(r"\s*\S+\s*")
 
 
+def printable(text: str) -> bool:
+    """Whether `text` is printable ASCII only (what this module lays out as rich would)."""
+    return _PRINTABLE.fullmatch(text) is not None
+
+
 def wait_text(job: job_pb2.Job) -> str:
     """ "#2 quota: …" for a QUEUED job, "" otherwise."""
     from starforge_api.job.v1 import job_state_pb2
@@ -154,7 +159,7 @@ def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]], wraps: Seq
     """The text rich prints for `Table(box=None, pad_edge=False)` with these columns (`wraps`:
     which may wrap; all fold over-long words) on a console `width` wide; None when unsure."""
     cells = [list(header), *(list(r) for r in rows)]
-    if any(not _PRINTABLE.fullmatch(c) for row in cells for c in row):
+    if not all(printable(c) for row in cells for c in row):
         return None
     n = len(header)
     lefts = [0 if i == 0 else 1 for i in range(n)]

@@ -3,7 +3,7 @@
 Both ways into them call these functions: the typer commands of `cli.commands.job` and the fast
 path of `cli.fastpath`, so output, exit codes and errors are the same whichever way a command came
 in. Each returns the exit code of the command (0, or what a followed job's end means). This module
-imports neither typer nor rich (rich is loaded only when a table is printed).
+imports neither typer nor rich (rich is loaded only when a terminal gets a table or panel).
 """
 
 from __future__ import annotations
@@ -126,13 +126,18 @@ def job_ls(
 
 
 def job_status(st: AppState, output: Format | None, job_id: str) -> int:
-    """`sf job status`: one job (an id, or "latest") as a panel or JSON."""
+    """`sf job status`: one job (an id, or "latest") as plain lines (a pipe), a panel (a terminal) or JSON."""
     out = st.output(output)
     job = resolve_job_id(st.reader(), job_id)
     if out.json:
         out.data({"job": message_to_dict(job)})
+        return EXIT_OK
+    from cli import jobtext  # text output only
+
+    if (text := jobtext.status_text(job)) is not None:  # into a pipe: plain lines without rich
+        out.write(text)
     else:
-        from cli import render  # rich: text output only
+        from cli import render  # rich: a terminal, or text only rich prints as it should
 
         out.show(render.job_panel(job))
     return EXIT_OK

@@ -163,17 +163,17 @@ def _submit_job(
 
 def _print_submitted(out: Output, job: Any, opts: specmod.SubmitOptions) -> None:
     if opts.dry_run:
-        from cli import render  # rich's tables: only a dry run's summary needs them
+        from cli import jobtext  # only a dry run's summary needs it
 
         out.line("dry run: the console accepted the job; nothing was queued")
         pools = ", ".join(f"{p.name or 'main'}={p.series}:{p.nodes}x{p.gpus_per_node}" for p in job.pools)
         if pools:
             out.line(f"pools: {pools}")
         if job.image:
-            source = render.image_source_text(job)
-            out.line(f"image: {render.image_text(job)}" + (f" (from {source})" if source else ""))
+            source = jobtext.image_source_text(job)
+            out.line(f"image: {jobtext.image_text(job)}" + (f" (from {source})" if source else ""))
         if job.framework_version:
-            out.line(f"framework: {render.runtime_text(job)}")
+            out.line(f"framework: {jobtext.runtime_text(job)}")
         return
     line = f"submitted job {job.job_id} ({job.experiment}, {job.method}): {state_name(job.state)}"
     if job.HasField("wait") and job.wait.message:
