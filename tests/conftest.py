@@ -45,27 +45,30 @@ def ledger(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
 
 
-# `make test` runs the suite on pytest-xdist workers (`-n 2 --dist loadgroup`). A test of one of
-# these backends runs on the worker that already started it: the backends are session fixtures
-# that a second worker would start again (a second dockerd importing the test image, a second
-# Slurm cluster), and their first start fills caches under build/ that two starts would race on.
-# Every other module goes to whichever worker is free (loadgroup schedules those by module).
-BACKEND_GROUPS = {"docker": ("dockerd", "python_image"), "slurm": ("slurm_cluster",), "kube": ("kube",)}
+# `make test` runs the suite on pytest-xdist workers (`-n 2 --dist loadgroup`); tests/xdist_groups.py
+# keeps each backend's tests on one worker and every other module whole.
 
 
-def backend_group(item: pytest.Item) -> str | None:
-    """The backend `item` needs, by its marks (a parametrized kind carries its backend's mark) or
-    by the session fixtures it requests; None for a test that needs none of them."""
-    names = set(getattr(item, "fixturenames", ()))
-    for group, fixtures in BACKEND_GROUPS.items():
-        if item.get_closest_marker(group) is not None or names.intersection(fixtures):
-            return group
-    return None
+def pytest_configure(config: pytest.Config) -> None:
+    from tests import xdist_groups
+
+    xdist_groups.configure(config)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from tests import xdist_groups
+
+    xdist_groups.unconfigure(config)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = backend_group(item)
-        if group is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    from tests import xdist_groups
+
+    xdist_groups.publish(items)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent when it is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from tests import xdist_groups
+
+    return xdist_groups.scheduler(config, log)

@@ -1,8 +1,8 @@
 """One worker per backend: the check behind `make test`'s pytest-xdist groups.
 
-`make test` runs the suite on pytest-xdist workers, and tests/conftest.py puts the tests of dockerd,
-the Slurm cluster and the CRD server in one xdist group each, so that one worker starts each of
-these backends once. A test that reaches a backend without being in its group (a fixture taken
+`make test` runs the suite on pytest-xdist workers, and tests/xdist_groups.py makes the tests of
+dockerd, the Slurm cluster and the CRD server one work unit each, so that one worker starts each
+of these backends once. A test that reaches a backend without being in its group (a fixture taken
 with `request.getfixturevalue`, say) would make a second worker start the backend again: twice the
 start-up, and two starts racing on the caches under build/ (the test image's root file system,
 the Slurm chroot). `claim_backend` turns that into a failure that names the backend, instead of a
@@ -39,8 +39,8 @@ def claim_backend(name: str, basetemp: pathlib.Path) -> None:
         if owner != worker:
             pytest.fail(
                 f"the {name} backend was already started by pytest-xdist worker {owner}, and this worker "
-                f"({worker}) was about to start another: a test that uses it is not in the '{name}' "
-                "xdist group (tests/conftest.py: BACKEND_GROUPS and the test's marks)",
+                f"({worker}) was about to start another: a test that uses it is not in the {name} "
+                "backend's work unit (tests/xdist_groups.py: BACKENDS and the test's marks)",
                 pytrace=False,
             )
     finally:
