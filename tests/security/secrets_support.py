@@ -139,7 +139,10 @@ def scan_tree(root: pathlib.Path, values: Iterable[str]) -> list[str]:
     """Every file under `root` (databases, WAL, blob store, executor attempt dirs, logs) holding a value."""
     needles = needles_of(values)
     found = []
-    for path in sorted(root.rglob("*")):
+    # os.walk, not rglob: the executor may be removing a finished attempt's directories while they
+    # are walked, and os.walk skips a directory that is gone (as the read below skips such a file)
+    paths = [pathlib.Path(folder, name) for folder, _, names in os.walk(root) for name in names]
+    for path in sorted(paths):
         if not path.is_file() or path.is_symlink():
             continue
         try:
