@@ -39,8 +39,9 @@ def claim_backend(name: str, basetemp: pathlib.Path) -> None:
         if owner != worker:
             pytest.fail(
                 f"the {name} backend was already started by pytest-xdist worker {owner}, and this worker "
-                f"({worker}) was about to start another: a test that uses it is not in the {name} "
-                "backend's work unit (tests/xdist_groups.py: BACKENDS and the test's marks)",
+                f"({worker}) was about to start another: run with `--dist loadgroup`, as `make test` "
+                f"does, or a test that uses it is not in the {name} backend's work unit "
+                "(tests/xdist_groups.py: BACKENDS and the test's marks)",
                 pytrace=False,
             )
     finally:
