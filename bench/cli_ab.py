@@ -20,15 +20,14 @@ import asyncio
 import io
 import os
 import pathlib
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tarfile
-import time
 
 from bench.cli_latency import _queue_jobs
+from bench.cli_latency import _timed as timed
 from bench.common import REPO, fresh_dir
 from bench.console import running_console
 
@@ -51,16 +50,6 @@ def export(rev: str) -> tuple[str, pathlib.Path]:
 
 def _path(tree: pathlib.Path) -> str:
     return os.pathsep.join([str(tree), str(tree / "gen" / "python"), str(tree / "gen" / "pure")])
-
-
-def timed(argv: list[str], env: dict[str, str], cwd: pathlib.Path) -> tuple[float, float]:
-    """Wall and CPU seconds of one run (RUSAGE_CHILDREN around it: one child at a time)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    subprocess.run(argv, env=env, cwd=cwd, capture_output=True, check=True)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _paired(first: list[tuple[float, float]] | None, side: list[tuple[float, float]]) -> str:
