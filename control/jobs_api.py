@@ -28,6 +28,7 @@ from control.ledger import convert, jobs, pipeline
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
 from control.telemetry import logs, metrics
+from control.telemetry.ledger_heads import LedgerHeads
 from control.telemetry.log_tail import LogBatch
 from control.workspace_records import ParsedManifest, WorkspaceRecords
 
@@ -35,6 +36,7 @@ FOLLOW_POLL_SECONDS = 1.0
 # A follower served from memory still reads the ledger at least this often: the longest a line
 # another replica stored after the job's tail here, or a state it changed, waits to reach it.
 LEDGER_CHECK_SECONDS = 5.0
+NO_CURSOR = (0, -1)  # before every line
 MAX_PAGE = 1000
 EARLIER_PAGE = 500  # lines before a cursor when the request does not say how many
 MAX_EARLIER_PAGE = 10_000  # one response: a reader scrolling back pages, it does not take all at once
@@ -78,10 +80,29 @@ def _reader(
     with no lines after the cursor means every line stored before the job ended was read."""
 
     def read(s: Session) -> tuple[int, list[telemetry_pb2.LogLine]]:
-        state = jobs.get_job(s, job_id).state
+        state = jobs.job_state(s, job_id)
         return state, [logs.to_proto(r) for r in logs.after(s, job_id, cursor, 2000, attempt_number)]
 
     return read
+
+
+class JobOwners:
+    """The owners of jobs this process has authorized a read of (a job's owner never changes).
+
+    Bounded: at most MAX entries, forgotten all at once when full (a miss costs one read)."""
+
+    MAX = 100_000
+
+    def __init__(self) -> None:
+        self._owners: dict[str, str] = {}
+
+    def get(self, job_id: str) -> str | None:
+        return self._owners.get(job_id)
+
+    def put(self, job_id: str, owner: str) -> None:
+        if len(self._owners) >= self.MAX:
+            self._owners.clear()
+        self._owners[job_id] = owner
 
 
 class SharedReads:
@@ -111,6 +132,8 @@ class JobsApi:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.shared = SharedReads()
+        self.owners = JobOwners()
+        self.heads = LedgerHeads(functools.partial(ctx.db.run, background=True), LEDGER_CHECK_SECONDS)
         self.workspaces = WorkspaceRecords()
         self.hub = hf.HubChecker(ctx.cfg.hf_endpoint, ctx.cfg.hf_token) if ctx.cfg.hf_precheck else None
         # the counter's child for admitted calls, looked up once (`labels` hashes and locks per call)
@@ -447,18 +470,17 @@ class JobsApi:
         (control.telemetry.log_tail) when its cursor is inside it: no database read, and the
         followers at the same cursor share one batch. It reads the ledger when its cursor is
         outside the tail (there is none here: its poll finds what another replica stored), when
-        the job's state was notified, and at least every LEDGER_CHECK_SECONDS (lines another
-        replica stored after the tail, a state another replica changed)."""
+        the job's state was notified, and when the ledger heads (control.telemetry.ledger_heads,
+        read for all followed jobs every LEDGER_CHECK_SECONDS) show lines beyond the tail or a
+        state it has not seen: what another replica stored or changed."""
         # Every read here is a background call (control.db.engine): thousands of followers
         # connecting or polling wait behind the ingest writes they follow, never the reverse.
         # Followers that ask the same thing at once share one read (SharedReads).
         # (not "latest": a job submitted a moment ago must not be missed by a read begun before it)
-        read_job = functools.partial(self.ctx.db.run, lambda s: visible_job(s, principal, job_id), background=True)
         if job_id == "latest":
-            job = await read_job()
+            jid = (await self.ctx.db.run(lambda s: visible_job(s, principal, job_id), background=True)).id
         else:
-            job = await self.shared.get(("visible", principal, job_id, self.ctx.notifier.generation(job_id)), read_job)
-        jid = job.id
+            jid = await self._visible_job_id(principal, job_id)
         if tail_lines < 0:
             raise errors.InvalidArgument("tail_lines must not be negative")
         key = f"logs:{jid}"
@@ -477,45 +499,90 @@ class JobsApi:
                 yield LogBatch(list(rows))
             elif not follow:
                 return
-        notifier, tails = self.ctx.notifier, self.ctx.log_tails
+        async for batch in self._follow(jid, cursor, attempt_number, follow):
+            yield batch
+
+    async def _follow(
+        self, jid: str, cursor: logs.Cursor | None, attempt_number: int, follow: bool
+    ) -> AsyncIterator[LogBatch]:
+        """The lines after `cursor`, then (`follow`) those stored later until the job ends."""
+        notifier, tails, heads = self.ctx.notifier, self.ctx.log_tails, self.heads
+        key = f"logs:{jid}"
         use_memory = False  # after its first ledger read, a follower may take lines from memory
-        read_at = 0.0  # when this follower's last ledger read returned (loop clock)
         state_seen = 0  # the job's notification generation at that read: a new one means a new state
-        loop = asyncio.get_running_loop()
-        while True:
-            if use_memory and notifier.generation(jid) == state_seen and loop.time() - read_at < LEDGER_CHECK_SECONDS:
-                batch = tails.after(jid, cursor, attempt_number)
-                if batch is not None:
-                    if batch.lines:
-                        cursor = batch.cursor
-                        yield batch
-                    else:  # nothing new here; a poll that times out looks here again, not at the ledger
-                        await notifier.wait(key, FOLLOW_POLL_SECONDS)
+        state_read = 0  # the job's state that read returned
+        heads_seen = heads.seq  # the ledger heads' refresh this follower last compared itself with
+
+        def ledger_ahead() -> bool:
+            """Whether the ledger heads' latest refresh shows what this follower has not seen and
+            memory cannot give it: another state, or lines beyond both its cursor and the tail."""
+            nonlocal heads_seen
+            if heads.seq == heads_seen:
+                return False
+            heads_seen = heads.seq
+            head = heads.head(jid)
+            if head is None or head[0] != state_read:
+                return True
+            newest = head[1]
+            return newest is not None and newest > max(cursor or NO_CURSOR, tails.newest(jid) or NO_CURSOR)
+
+        if follow:
+            heads.watch(jid)
+        try:
+            while True:
+                if use_memory and notifier.generation(jid) == state_seen and not ledger_ahead():
+                    batch = tails.after(jid, cursor, attempt_number)
+                    if batch is not None:
+                        if batch.lines:
+                            cursor = batch.cursor
+                            yield batch
+                        else:  # nothing new here; a poll that times out looks here again, not at the ledger
+                            await notifier.wait(key, FOLLOW_POLL_SECONDS)
+                        continue
+                generation = (notifier.generation(key), notifier.generation(jid))
+                state_seen = generation[1]
+                heads_seen = heads.seq
+                state, lines = await self.shared.get(
+                    (jid, cursor, attempt_number, generation),
+                    functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number), background=True),
+                )
+                state_read = state
+                if lines:
+                    cursor = (lines[-1].attempt_number, lines[-1].offset)
+                    yield LogBatch(lines)
+                    # There may be more. A follower behind (its read took a while, lines were stored
+                    # meanwhile) goes on from memory when its cursor is now inside the tail, instead of
+                    # chasing the newest lines read after read; an ended job's last lines are read on.
+                    use_memory = follow and state not in sm.TERMINAL and state != sm.PAUSED
                     continue
-            generation = (notifier.generation(key), notifier.generation(jid))
-            state_seen = generation[1]
-            state, lines = await self.shared.get(
-                (jid, cursor, attempt_number, generation),
-                functools.partial(self.ctx.db.run, _reader(jid, cursor, attempt_number), background=True),
+                if not follow:
+                    return
+                if state in sm.TERMINAL or state == sm.PAUSED:
+                    # Everything stored before the job ended has been sent.
+                    yield LogBatch([], state)
+                    return
+                use_memory = True
+                if notifier.generation(key) == generation[0]:  # else lines were stored while it read
+                    await notifier.wait(key, FOLLOW_POLL_SECONDS)
+        finally:
+            if follow:
+                heads.unwatch(jid)
+
+    async def _visible_job_id(self, principal: Principal, job_id: str) -> str:
+        """`job_id` when the job exists and `principal` may see it, else NotFound (as visible_job).
+
+        A job's owner never changes, so it is read once and kept (JobOwners): the thousands of
+        followers that connect to a job are authorized from memory, not by a ledger read each."""
+        owner = self.owners.get(job_id)
+        if owner is None:
+            owner = await self.shared.get(
+                ("owner", job_id),
+                functools.partial(self.ctx.db.run, lambda s: jobs.job_owner(s, job_id), background=True),
             )
-            read_at = loop.time()  # when it returned: a read that waited long still counts as fresh
-            if lines:
-                cursor = (lines[-1].attempt_number, lines[-1].offset)
-                yield LogBatch(lines)
-                # There may be more. A follower behind (its read took a while, lines were stored
-                # meanwhile) goes on from memory when its cursor is now inside the tail, instead of
-                # chasing the newest lines read after read; an ended job's last lines are read on.
-                use_memory = follow and state not in sm.TERMINAL and state != sm.PAUSED
-                continue
-            if not follow:
-                return
-            if state in sm.TERMINAL or state == sm.PAUSED:
-                # Everything stored before the job ended has been sent.
-                yield LogBatch([], state)
-                return
-            use_memory = True
-            if notifier.generation(key) == generation[0]:  # else lines were stored while it read
-                await notifier.wait(key, FOLLOW_POLL_SECONDS)
+            self.owners.put(job_id, owner)
+        if not principal.can_see(owner):
+            raise errors.NotFound(f"job {job_id} not found")
+        return job_id
 
     async def earlier_logs(
         self, principal: Principal, job_id: str, before: logs.Cursor, count: int, attempt_number: int

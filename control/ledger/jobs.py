@@ -51,6 +51,53 @@ def get_job(s: Session, job_id: str, *, for_update: bool = False) -> m.Job:
     return job
 
 
+def job_state(s: Session, job_id: str) -> int:
+    """The job's state alone (one column, no ORM object: followers poll it)."""
+    state: int | None = s.execute(select(m.Job.state).where(m.Job.id == job_id)).scalar_one_or_none()
+    if state is None:
+        raise errors.NotFound(f"job {job_id} not found")
+    return state
+
+
+def job_owner(s: Session, job_id: str) -> str:
+    """The job's owner alone (one column, no ORM object)."""
+    owner: str | None = s.execute(select(m.Job.owner).where(m.Job.id == job_id)).scalar_one_or_none()
+    if owner is None:
+        raise errors.NotFound(f"job {job_id} not found")
+    return owner
+
+
+def attempt_state_and_desired(s: Session, attempt_id: str) -> tuple[int, int]:
+    """(the attempt's state, its job's desired state), in one query of two columns."""
+    found = attempts_state_and_desired(s, [attempt_id])
+    if not found:
+        raise errors.NotFound(f"attempt {attempt_id} not found")
+    return found[0][1], found[0][2]
+
+
+def attempts_state_and_desired(s: Session, attempt_ids: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(attempt id, its state, its job's desired state) of each of `attempt_ids` that exists."""
+    stmt = select(m.Attempt.id, m.Attempt.state, m.Job.desired).join(m.Job, m.Job.id == m.Attempt.job_id)
+    return [(a, state, desired) for a, state, desired in s.execute(stmt.where(m.Attempt.id.in_(attempt_ids)))]
+
+
+def log_heads(s: Session, job_ids: Sequence[str]) -> list[tuple[str, int, tuple[int, int] | None]]:
+    """(job id, state, (attempt number, offset) of the newest line of its current attempt or None)
+    of each of `job_ids` that exists: two queries of a few columns, whatever their number."""
+    rows = s.execute(select(m.Job.id, m.Job.state, m.Job.attempts_count).where(m.Job.id.in_(job_ids))).all()
+    current = {ids.attempt_id(job_id, n): job_id for job_id, _, n in rows if n > 0}
+    next_offset: dict[str, tuple[int, int]] = {}
+    if current:
+        cur = select(m.IngestCursor.attempt_id, m.IngestCursor.attempt_number, m.IngestCursor.next_log_offset)
+        for attempt_id, number, offset in s.execute(cur.where(m.IngestCursor.attempt_id.in_(list(current)))):
+            next_offset[current[attempt_id]] = (number, offset)
+    out: list[tuple[str, int, tuple[int, int] | None]] = []
+    for job_id, state, _ in rows:
+        number, offset = next_offset.get(job_id, (0, 0))
+        out.append((job_id, state, (number, offset - 1) if offset > 0 else None))
+    return out
+
+
 def get_attempt(s: Session, attempt_id: str, *, for_update: bool = False) -> m.Attempt:
     stmt = select(m.Attempt).where(m.Attempt.id == attempt_id)
     if for_update:

@@ -25,6 +25,7 @@ from control.db.group_commit import GroupCommit
 from control.ledger import jobs
 from control.ledger import state_machine as sm
 from control.telemetry import bounds, ingest, ingest_group
+from control.telemetry.ledger_heads import PeriodicReads
 
 MAX_RECORDS_PER_BATCH = 5000
 # One group commit of telemetry batches: at most this many batches (one per attempt, the others
@@ -43,11 +44,23 @@ class _Stream:
 
 
 def _pending_signal(s: Session, attempt_id: str) -> int:
-    attempt = jobs.get_attempt(s, attempt_id)
-    job = jobs.get_job(s, attempt.job_id)
-    if attempt.state not in sm.ACTIVE or job.desired not in (sm.STOP, sm.PAUSE):
+    """The signal the attempt's run should get now: its job's desired stop or pause, while active."""
+    return _signal(*jobs.attempt_state_and_desired(s, attempt_id))
+
+
+def _pending_signals(s: Session, *, attempt_ids: list[str]) -> dict[str, int]:
+    """`_pending_signal` of each attempt that exists, in one query per 500."""
+    out: dict[str, int] = {}
+    for i in range(0, len(attempt_ids), 500):
+        for attempt_id, state, desired in jobs.attempts_state_and_desired(s, attempt_ids[i : i + 500]):
+            out[attempt_id] = _signal(state, desired)
+    return out
+
+
+def _signal(attempt_state: int, desired: int) -> int:
+    if attempt_state not in sm.ACTIVE or desired not in (sm.STOP, sm.PAUSE):
         return pb.CONTROL_SIGNAL_UNSPECIFIED
-    return pb.CONTROL_SIGNAL_STOP if job.desired == sm.STOP else pb.CONTROL_SIGNAL_PAUSE
+    return pb.CONTROL_SIGNAL_STOP if desired == sm.STOP else pb.CONTROL_SIGNAL_PAUSE
 
 
 def _segments(records: list[pb.Record]) -> list[list[pb.Record]]:
@@ -78,6 +91,11 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.limits = bounds.IngestLimits.of(ctx.cfg)
+        # the stop or pause each stream's run should get, read for all the streams at once
+        self.signals: PeriodicReads[int] = PeriodicReads(
+            lambda ids: ctx.db.run(functools.partial(_pending_signals, attempt_ids=ids), background=True),
+            SIGNAL_POLL_SECONDS,
+        )
         # telemetry batches of all the streams, stored together (telemetry.ingest_group)
         self.group = GroupCommit(
             ctx.db,
@@ -171,15 +189,24 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         await out.put(None)
 
     async def _watch(self, st: _Stream, out: asyncio.Queue[pb.ReportResponse | None]) -> None:
-        while True:
-            if not st.job_id:
-                await asyncio.sleep(0.2)
-                continue
-            await self.ctx.notifier.wait(st.job_id, SIGNAL_POLL_SECONDS)
-            signal = await self.ctx.db.run(lambda s: _pending_signal(s, st.attempt_id))
-            if signal and signal != st.signalled:
-                st.signalled = signal
-                await out.put(pb.ReportResponse(acked_seq=st.acked, signal=signal))  # type: ignore[arg-type]
+        """Sends the run a stop or pause its job was asked: at once when this process changed the
+        job (notified), else when the signals read for all the streams here every
+        SIGNAL_POLL_SECONDS show one (another replica changed it)."""
+        while not st.job_id:  # noqa: ASYNC110 (set by the stream's reader, which stores the first batch)
+            await asyncio.sleep(0.2)
+        attempt_id = st.attempt_id
+        self.signals.watch(attempt_id)
+        try:
+            while True:
+                if await self.ctx.notifier.wait(st.job_id, SIGNAL_POLL_SECONDS):
+                    signal = await self.ctx.db.run(lambda s: _pending_signal(s, attempt_id))
+                else:
+                    signal = self.signals.get(attempt_id) or pb.CONTROL_SIGNAL_UNSPECIFIED
+                if signal and signal != st.signalled:
+                    st.signalled = signal
+                    await out.put(pb.ReportResponse(acked_seq=st.acked, signal=signal))  # type: ignore[arg-type]
+        finally:
+            self.signals.unwatch(attempt_id)
 
     async def Report(
         self, request_iterator: AsyncIterator[pb.ReportRequest], context: Any

@@ -184,6 +184,13 @@ class LogTails:
             self.forget(job_id)
         self._evict()
 
+    def newest(self, job_id: str) -> tuple[int, int] | None:
+        """(attempt number, offset) of the newest line held for the job (None when none)."""
+        tail = self._jobs.get(job_id)
+        if tail is None or not tail.batches:
+            return None
+        return tail.attempt_number, tail.next_offset - 1
+
     def after(self, job_id: str, cursor: tuple[int, int] | None, attempt_number: int = 0) -> LogBatch | None:
         """The job's lines after `cursor` when this tail can tell them all up to its newest line: a
         batch (empty: none after it here), or None when the ledger must be read (no tail, a cursor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, or_, select, tuple_
+from sqlalchemy import Row, and_, or_, select, tuple_
 from sqlalchemy.orm import Session
 from starforge_api.job.v1 import telemetry_pb2
 
@@ -13,6 +13,12 @@ from control.db.engine import insert_rows
 from control.ledger.convert import ts
 
 Cursor = tuple[int, int]  # (attempt_number, offset) of the last line seen
+
+# What a read of lines returns: rows of these columns (named as the model's attributes), not ORM
+# objects: thousands of followers read lines, and building an entity per line in the session's
+# identity map cost more than the query (the rows are read-only anyway).
+LINE_COLUMNS = (m.LogLine.attempt_number, m.LogLine.offset, m.LogLine.stream, m.LogLine.at, m.LogLine.text)
+Line = Row[int, int, int, float, str]
 
 
 def append(
@@ -33,10 +39,10 @@ def _where(job_id: str, attempt_number: int) -> list[object]:
     return cond
 
 
-def tail(s: Session, job_id: str, n: int, attempt_number: int = 0) -> list[m.LogLine]:
+def tail(s: Session, job_id: str, n: int, attempt_number: int = 0) -> list[Line]:
     """The last `n` lines (all attempts unless one is given), in order."""
-    rows = s.scalars(
-        select(m.LogLine)
+    rows = s.execute(
+        select(*LINE_COLUMNS)
         .where(*_where(job_id, attempt_number))  # type: ignore[arg-type]
         .order_by(m.LogLine.attempt_number.desc(), m.LogLine.offset.desc())
         .limit(n)
@@ -55,20 +61,18 @@ def _beyond(s: Session, cursor: Cursor, later: bool) -> object:
     return or_(m.LogLine.attempt_number < a, and_(m.LogLine.attempt_number == a, m.LogLine.offset < o))
 
 
-def after(
-    s: Session, job_id: str, cursor: Cursor | None, limit: int = 2000, attempt_number: int = 0
-) -> list[m.LogLine]:
+def after(s: Session, job_id: str, cursor: Cursor | None, limit: int = 2000, attempt_number: int = 0) -> list[Line]:
     """Lines after `cursor` (from the start when None), in order, at most `limit`."""
-    stmt = select(m.LogLine).where(*_where(job_id, attempt_number))  # type: ignore[arg-type]
+    stmt = select(*LINE_COLUMNS).where(*_where(job_id, attempt_number))  # type: ignore[arg-type]
     if cursor is not None:
         stmt = stmt.where(_beyond(s, cursor, later=True))  # type: ignore[arg-type]
-    return list(s.scalars(stmt.order_by(m.LogLine.attempt_number, m.LogLine.offset).limit(limit)))
+    return list(s.execute(stmt.order_by(m.LogLine.attempt_number, m.LogLine.offset).limit(limit)))
 
 
-def before(s: Session, job_id: str, cursor: Cursor, n: int, attempt_number: int = 0) -> list[m.LogLine]:
+def before(s: Session, job_id: str, cursor: Cursor, n: int, attempt_number: int = 0) -> list[Line]:
     """The last `n` lines before `cursor`, in order (a page further back than a tail)."""
-    rows = s.scalars(
-        select(m.LogLine)
+    rows = s.execute(
+        select(*LINE_COLUMNS)
         .where(*_where(job_id, attempt_number), _beyond(s, cursor, later=False))  # type: ignore[arg-type]
         .order_by(m.LogLine.attempt_number.desc(), m.LogLine.offset.desc())
         .limit(n)
@@ -80,7 +84,7 @@ def last_text(s: Session, job_id: str, attempt_number: int, n: int = 200) -> lis
     return [r.text for r in tail(s, job_id, n, attempt_number)]
 
 
-def to_proto(r: m.LogLine) -> telemetry_pb2.LogLine:
+def to_proto(r: Line | m.LogLine) -> telemetry_pb2.LogLine:
     line = telemetry_pb2.LogLine(
         attempt_number=r.attempt_number,
         offset=r.offset,

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.control.v1 import control_service_pb2_grpc as ctl_grpc
@@ -30,10 +31,11 @@ from starforge_api.job.v1 import telemetry_pb2
 
 from common import ids
 from common.channel import aio_channel, bearer
-from control import auth
+from control import auth, jobs_api
 from control.app import ControlApp, start_control
 from control.db import models as m
 from control.ledger import state_machine as sm
+from control.services import ingest_service
 from tests.db import create_pg_database, drop_pg_database
 from tests.integration.console import Console, console
 
@@ -228,3 +230,116 @@ async def test_lines_another_replica_stores_reach_followers_of_this_one(tmp_path
                     await twin.stop(0)
     finally:
         drop_pg_database(url)
+
+
+async def test_followers_served_from_memory_read_no_lines_while_nothing_is_stored(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What another replica may have stored is checked for every followed job at once (the ledger
+    heads), not by a read of lines per job and period: idle followers read no lines at all."""
+    monkeypatch.setattr(jobs_api, "LEDGER_CHECK_SECONDS", 0.2)
+    async with console(tmp_path) as c:
+        runs = [await running_job(c.app) for _ in range(10)]
+        followers = [Follower() for _ in range(30)]
+        tasks = [asyncio.ensure_future(follow(c, c.address, runs[i % 10].job_id, f)) for i, f in enumerate(followers)]
+        for run in runs:
+            await report(c.address, run, "first")
+        await received(followers, 1)
+        for run in runs:  # the followers now take these from memory
+            await report(c.address, run, "second")
+        await received(followers, 2)
+        engine = c.app.ctx.db.engine
+        statements: list[str] = []
+
+        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            statements.append(statement)
+
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            await asyncio.sleep(2.0)  # ten periods
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert not [s for s in statements if "FROM log_lines" in s], "followers read lines while none were stored"
+        head_reads = [s for s in statements if "FROM ingest_cursors" in s]
+        assert 5 <= len(head_reads) <= 12, f"{len(head_reads)} head reads in ten periods (one per period wanted)"
+        for run in runs:
+            await report(c.address, run, "last", exit_code=0)
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        for i, f in enumerate(followers):
+            assert [t for _, _, t in f.lines] == ["first", "second", "last"], i
+
+
+async def test_a_state_another_replica_sets_ends_the_followers_served_from_memory(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No notification reaches this console (the job is changed in the ledger alone, as another
+    replica would): the ledger heads show the new state and the followers read the ledger and end."""
+    monkeypatch.setattr(jobs_api, "LEDGER_CHECK_SECONDS", 0.2)
+    async with console(tmp_path) as c:
+        run = await running_job(c.app)
+        followers = [Follower() for _ in range(5)]
+        tasks = [asyncio.ensure_future(follow(c, c.address, run.job_id, f)) for f in followers]
+        await report(c.address, run, "first")
+        await report(c.address, run, "second")
+        await received(followers, 2)
+
+        def finish(s: Session) -> None:
+            s.get_one(m.Job, run.job_id).state = sm.SUCCEEDED
+            s.get_one(m.Attempt, run.attempt_id).state = sm.SUCCEEDED
+
+        await c.app.ctx.db.run(finish)
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        for f in followers:
+            assert f.final_state == st.JOB_STATE_SUCCEEDED
+            assert [t for _, _, t in f.lines] == ["first", "second"]
+
+
+async def test_a_stop_another_replica_asks_reaches_the_run_on_its_open_stream(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop is written to the ledger alone (no notification here): the signals read for all
+    the Report streams of this console every period bring it to the run's open stream."""
+    monkeypatch.setattr(ingest_service, "SIGNAL_POLL_SECONDS", 0.2)
+    async with console(tmp_path) as c:
+        runs = [await running_job(c.app) for _ in range(3)]
+        done = asyncio.Event()
+        got: dict[str, list[int]] = {r.attempt_id: [] for r in runs}
+
+        async def stream(run: Run) -> None:
+            async def requests() -> AsyncIterator[pb.ReportRequest]:
+                req = pb.ReportRequest(attempt_id=run.attempt_id)
+                rec = req.records.add(seq=1)
+                rec.time.GetCurrentTime()
+                rec.log_chunk.stream = telemetry_pb2.LOG_STREAM_STDOUT
+                rec.log_chunk.lines.append("hello")
+                yield req
+                await done.wait()
+
+            channel = aio_channel(c.address)
+            try:
+                call = pb_grpc.IngestServiceStub(channel).Report(requests(), metadata=bearer(run.token))
+                async for r in call:
+                    got[run.attempt_id].append(r.signal)
+                    if r.signal:
+                        call.cancel()
+                        return
+            except asyncio.CancelledError:
+                pass
+            finally:
+                await channel.close(None)
+
+        tasks = [asyncio.ensure_future(stream(r)) for r in runs]
+        await until(lambda: all(got.values()))  # each stream's batch acked, no signal
+        stopped = runs[1]
+
+        def ask_stop(s: Session) -> None:
+            s.get_one(m.Job, stopped.job_id).desired = sm.STOP
+
+        await c.app.ctx.db.run(ask_stop)
+        await until(lambda: pb.CONTROL_SIGNAL_STOP in got[stopped.attempt_id], timeout=30)
+        await asyncio.sleep(0.5)  # a few more periods: the others get nothing
+        assert [g for a, g in got.items() if a != stopped.attempt_id] == [[0], [0]]
+        done.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -31,6 +31,18 @@ def test_lines_after_a_cursor_inside_the_run_and_none_outside_it() -> None:
     assert texts(tails, "other", (1, 0)) is None
 
 
+def test_the_newest_line_held_is_the_runs_last_and_moves_with_a_new_run() -> None:
+    tails = LogTails()
+    assert tails.newest("j") is None
+    tails.add("j", 1, 0, rows("a", "b"))
+    tails.add("j", 1, 2, rows("c"))
+    assert tails.newest("j") == (1, 2)
+    tails.add("j", 2, 0, rows("x"))  # a new attempt starts the run over
+    assert tails.newest("j") == (2, 0)
+    tails.forget("j")
+    assert tails.newest("j") is None
+
+
 def test_followers_at_one_cursor_share_one_batch_with_the_stored_values() -> None:
     tails = LogTails()
     tails.add("j", 1, 0, rows("a"))
