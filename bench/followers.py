@@ -14,8 +14,11 @@ the measuring window. Once every follower has received a line, the window starts
 RSS and CPU are sampled every second through it.
 
 The load generators run on the same cores as the console, so their own lag is in the latency.
-Peer: none (Ray's tail_job_logs is one HTTP stream per follower against the job's log file; its
-single-follower latency is in the log-follow row).
+A follower whose stream breaks resumes after its last line with `sf job logs -f`'s backoff.
+Peer (a floor): `bench.followers_floor`, a bare grpc.aio server in its own process that answers the
+same method for the same follower processes and only sends each stream one message per line printed:
+what Python gRPC alone costs on this machine for the row's streams. (Ray's tail_job_logs is one HTTP
+stream per follower against the job's log file; its single-follower latency is in the log-follow row.)
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 import multiprocessing
 import os
 import pathlib
+import random
 import time
 from typing import Any
 
@@ -33,7 +37,7 @@ from starforge_api.ingest.v1 import ingest_service_pb2 as pb
 from starforge_api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from starforge_api.job.v1 import telemetry_pb2
 
-from bench.common import NO_PEER, QUICK, Result, fresh_dir, loadavg, log, rss_mib, summary
+from bench.common import QUICK, Result, fresh_dir, loadavg, log, rss_mib, summary
 from bench.console import running_console
 from bench.throughput import cpu_seconds
 from common.channel import aio_channel, bearer
@@ -43,6 +47,7 @@ FOLLOWERS = 200 if QUICK else int(os.environ.get("STARFORGE_BENCH_FOLLOWERS", "1
 FOLLOWER_PROCS = 1 if QUICK else 2
 STREAMS_PER_CHANNEL = 100
 INTERVAL_S = 1.0
+BACKOFF_INITIAL_S, BACKOFF_CEILING_S = 0.5, 5.0  # cli.follow.Backoff's
 MEASURE_S = 5.0 if QUICK else 30.0
 FLEET = "bench-elsewhere"  # not configured on the console: the reconciler leaves these attempts alone
 
@@ -161,8 +166,11 @@ def _followers(k: int, address: str, token: str, job_ids: list[str], window: Any
         errors: list[str] = []
 
         async def follow(i: int, job_id: str) -> None:
-            """Follows, resuming after the last line on a broken stream (as `sf job logs -f` does)."""
+            """Follows, resuming after the last line on a broken stream with `sf job logs -f`'s
+            backoff (cli.follow.Backoff: 0.5 s doubling up to 5 s; jittered here, as thousands of
+            clients that broke together would be)."""
             cursor: tuple[int, int] | None = None
+            delay = 0.0
             while True:
                 req = ctl.StreamJobLogsRequest(job_id=job_id, follow=True, tail_lines=1)
                 if cursor is not None:
@@ -173,6 +181,7 @@ def _followers(k: int, address: str, token: str, job_ids: list[str], window: Any
                     async for r in stubs[i // STREAMS_PER_CHANNEL].StreamJobLogs(req, metadata=md):
                         now = time.time()
                         have_line[i] = True
+                        delay = 0.0
                         begin, end = window[0], window[1] or float("inf")
                         for line in r.lines:
                             cursor = (line.attempt_number, line.offset)
@@ -188,7 +197,8 @@ def _followers(k: int, address: str, token: str, job_ids: list[str], window: Any
                     raise
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
-                    await asyncio.sleep(0.5)
+                    delay = min(BACKOFF_CEILING_S, max(BACKOFF_INITIAL_S, delay * 2))
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.5))
 
         tasks = [asyncio.ensure_future(follow(i, j)) for i, j in enumerate(job_ids)]
         while not all(have_line) and not window[1]:
@@ -213,63 +223,77 @@ def measure_ours() -> dict[str, Any]:
     state.mkdir()
     runs = make_running(state, "root", RUNS)
     with running_console(state) as console:
-        load = loadavg()
-        rss_idle = rss_mib(console.proc.pid)["rss"]
         ctx = multiprocessing.get_context("spawn")
         queue = ctx.Queue()
-        window = ctx.Array("d", [0.0, 0.0])
         stop_at = time.time() + 3600
         reporter = ctx.Process(target=_reporter, args=(console.address, runs, stop_at, queue))
         reporter.start()
-        job_ids = [runs[i % RUNS][0] for i in range(FOLLOWERS)]
-        per = (FOLLOWERS + FOLLOWER_PROCS - 1) // FOLLOWER_PROCS
-        procs = [
-            ctx.Process(
-                target=_followers,
-                args=(k, console.address, console.token, job_ids[k * per : (k + 1) * per], window, queue),
-            )
-            for k in range(FOLLOWER_PROCS)
-        ]
-        t0 = time.monotonic()
-        for p in procs:
-            p.start()
-        ready = [0] * FOLLOWER_PROCS
-        results: list[tuple[list[float], list[str]]] = []
         try:
-            deadline = time.monotonic() + 600
-            said = time.monotonic()
-            while sum(ready) < FOLLOWERS:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {sum(ready)} of {FOLLOWERS} followers got a line within 600 s")
-                kind, *rest = queue.get(timeout=600)
-                if kind == "ready":
-                    ready[rest[0]] = rest[1]
-                    if time.monotonic() - said > 10:
-                        said = time.monotonic()
-                        log(f"followers: {sum(ready)} of {FOLLOWERS} have a line; errors {rest[2]} {rest[3]}")
-            connect_s = time.monotonic() - t0
-            log(f"followers: {FOLLOWERS} streams have a line after {connect_s:.0f} s; measuring {MEASURE_S:.0f} s")
-            pid = console.proc.pid
-            cpu0, w0 = cpu_seconds(pid), time.monotonic()
-            window[0] = time.time()
-            samples = []
-            while time.monotonic() - w0 < MEASURE_S:
-                time.sleep(1.0)
-                samples.append(rss_mib(pid)["rss"])
-            cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - w0)
-            window[1] = time.time()
-            peak = rss_mib(pid)["hwm"]
-            while len(results) < FOLLOWER_PROCS:
-                kind, *rest = queue.get(timeout=120)
-                if kind == "done":
-                    results.append((rest[0], rest[1]))
+            job_ids = [runs[i % RUNS][0] for i in range(FOLLOWERS)]
+            return _measure(console.proc.pid, console.address, console.token, job_ids, ctx, queue)
         finally:
-            for p in procs:
-                p.join(30)
-                if p.is_alive():
-                    p.kill()
             reporter.kill()
             reporter.join(10)
+
+
+def measure_floor() -> dict[str, Any]:
+    """The same followers against `bench.followers_floor`'s bare server (no ledger, no ingest)."""
+    from bench import followers_floor
+
+    with followers_floor.running(RUNS, INTERVAL_S) as (pid, address, job_ids):
+        ctx = multiprocessing.get_context("spawn")
+        followed = [job_ids[i % RUNS] for i in range(FOLLOWERS)]
+        return _measure(pid, address, "floor", followed, ctx, ctx.Queue())
+
+
+def _measure(pid: int, address: str, token: str, job_ids: list[str], ctx: Any, queue: Any) -> dict[str, Any]:
+    """FOLLOWERS streams over `job_ids` (in FOLLOWER_PROCS processes) against the server `pid` at
+    `address`: the time until each has a line, then a MEASURE_S window's latencies, RSS and CPU."""
+    load = loadavg()
+    rss_idle = rss_mib(pid)["rss"]
+    window = ctx.Array("d", [0.0, 0.0])
+    per = (FOLLOWERS + FOLLOWER_PROCS - 1) // FOLLOWER_PROCS
+    procs = [
+        ctx.Process(target=_followers, args=(k, address, token, job_ids[k * per : (k + 1) * per], window, queue))
+        for k in range(FOLLOWER_PROCS)
+    ]
+    t0 = time.monotonic()
+    for p in procs:
+        p.start()
+    ready = [0] * FOLLOWER_PROCS
+    results: list[tuple[list[float], list[str]]] = []
+    try:
+        deadline = time.monotonic() + 600
+        said = time.monotonic()
+        while sum(ready) < FOLLOWERS:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {sum(ready)} of {FOLLOWERS} followers got a line within 600 s")
+            kind, *rest = queue.get(timeout=600)
+            if kind == "ready":
+                ready[rest[0]] = rest[1]
+                if time.monotonic() - said > 10:
+                    said = time.monotonic()
+                    log(f"followers: {sum(ready)} of {FOLLOWERS} have a line; errors {rest[2]} {rest[3]}")
+        connect_s = time.monotonic() - t0
+        log(f"followers: {FOLLOWERS} streams have a line after {connect_s:.0f} s; measuring {MEASURE_S:.0f} s")
+        cpu0, w0 = cpu_seconds(pid), time.monotonic()
+        window[0] = time.time()
+        samples = []
+        while time.monotonic() - w0 < MEASURE_S:
+            time.sleep(1.0)
+            samples.append(rss_mib(pid)["rss"])
+        cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - w0)
+        window[1] = time.time()
+        peak = rss_mib(pid)["hwm"]
+        while len(results) < FOLLOWER_PROCS:
+            kind, *rest = queue.get(timeout=120)
+            if kind == "done":
+                results.append((rest[0], rest[1]))
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
     latencies = [x for lat, _ in results for x in lat]
     errors = [e for _, errs in results for e in errs]
     expected = FOLLOWERS * MEASURE_S / INTERVAL_S
@@ -290,6 +314,11 @@ def measure_ours() -> dict[str, Any]:
     }
 
 
+def _over(ours: float, floor: float) -> float | None:
+    """ours / floor (how far above what gRPC alone costs), None without a floor figure."""
+    return ours / floor if floor else None
+
+
 def run() -> list[Result]:
     ours = measure_ours()
     lat = ours["latency"]
@@ -300,37 +329,56 @@ def run() -> list[Result]:
     if ours["lines_received"] < 0.5 * ours["lines_expected_about"]:
         got, want = ours["lines_received"], ours["lines_expected_about"]
         raise RuntimeError(f"followers received {got} lines, about {want:.0f} expected")
+    floor = measure_floor()
+    flat = floor["latency"]
+    log(
+        f"followers floor: RSS max {floor['rss_mib_max']:.0f} MiB, CPU {floor['cpu_cores']:.2f} cores, "
+        f"p99 {flat['p99'] * 1000:.0f} ms over {floor['lines_received']} lines, connect {floor['connect_s']:.0f} s"
+    )
     load = f"{FOLLOWERS:,} follow streams over {RUNS} reporting runs (1 line/s each)"
-    common = dict(peer="", peer_figure=None, ratio=None, ratio_note=NO_PEER, command="python -m bench followers")
+    floor_name = "floor: bare grpc.aio server, the same followers, one message per line, no ledger"
+    details = {"ours": ours, "floor": floor}
     return [
         Result(
             name="followers-latency",
             metric=f"printed line -> follower, {load}, p99",
             figure=lat["p99"],
             unit="s",
+            peer=f"{floor_name}, p99",
+            peer_figure=flat["p99"],
+            ratio=_over(lat["p99"], flat["p99"]),
+            ratio_note="ours / floor, lower is better",
             target="p99 <= 0.200 s",
             met=lat["p99"] <= 0.2,
-            details={"ours": ours},
-            **common,  # type: ignore[arg-type]
+            command="python -m bench followers",
+            details=details,
         ),
         Result(
             name="followers-memory",
             metric=f"control plane RSS, {load}, max",
             figure=ours["rss_mib_max"],
             unit="MiB",
+            peer=f"{floor_name}, RSS max",
+            peer_figure=floor["rss_mib_max"],
+            ratio=_over(ours["rss_mib_max"], floor["rss_mib_max"]),
+            ratio_note="ours / floor, lower is better",
             target="<= 1024 MiB",
             met=ours["rss_mib_max"] <= 1024,
-            details={"cpu_cores": ours["cpu_cores"]},
-            **common,  # type: ignore[arg-type]
+            command="python -m bench followers",
+            details={"cpu_cores": ours["cpu_cores"], "floor_cpu_cores": floor["cpu_cores"]},
         ),
         Result(
             name="followers-cpu",
             metric=f"control plane CPU, {load}",
             figure=ours["cpu_cores"],
             unit="cores",
+            peer=f"{floor_name}, CPU",
+            peer_figure=floor["cpu_cores"],
+            ratio=_over(ours["cpu_cores"], floor["cpu_cores"]),
+            ratio_note="ours / floor, lower is better",
             target="(reported)",
             met=None,
+            command="python -m bench followers",
             details={},
-            **common,  # type: ignore[arg-type]
         ),
     ]
