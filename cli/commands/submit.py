@@ -101,17 +101,17 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
             )
     hash_small_change(pack)
     known = bool(pack.files) and not pack.unhashed
-    by_digest = known and admitted.get(client.address) == pack.manifest.digest
+    by_digest = known and admitted.get(client.address) == pack.digest
     # an unchanged lab the console admitted before: nothing to ask about, nothing to upload
     stats = UploadStats(0, 0, len(pack.files)) if by_digest else hash_and_upload(client.streaming(), pack, out)
     out.info(stats.summary())
     if opts.upgrade_recipe:
         files.lock = _upgrade_lock(client, files, opts.framework_version, out)
-    spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides)
+    spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides, by_digest=by_digest)
     request = control_service_pb2.SubmitJobRequest(spec=spec, request_id=str(uuid.uuid4()), dry_run=opts.dry_run)
     resp, stats = _submit_job(client, request, pack, out, stats, by_digest)
     if not opts.dry_run:
-        admitted.remember(client.address, pack.manifest.digest)
+        admitted.remember(client.address, pack.digest)
     job = resp.job
     if out.json:
         doc: dict[str, Any] = {
@@ -123,7 +123,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
                 "bytes_uploaded": stats.bytes_uploaded,
                 "files_unchanged": stats.files_unchanged,
             },
-            "workspace_digest": pack.manifest.digest,
+            "workspace_digest": pack.digest,
         }
         if opts.follow and not opts.dry_run:
             out.json_line(doc)
@@ -145,7 +145,7 @@ def _client(state: AppState, pack: Pack, admitted: AdmittedWorkspaces) -> Client
     """The client for this submission: for a lab packed unchanged since the configured console
     admitted it (the submission will name it by digest), the unary one (`AppState.reader`: HTTP/2
     on the fast path); for anything else grpcio's, which the upload needs anyway."""
-    if pack.files and not pack.unhashed and admitted.get(state.config().console) == pack.manifest.digest:
+    if pack.files and not pack.unhashed and admitted.get(state.config().console) == pack.digest:
         return state.reader()
     return state.client()
 
@@ -163,8 +163,7 @@ def _submit_job(
     and listed after all. Returns the response and what was uploaded."""
     if not by_digest:
         return client.call(client.control.SubmitJob, request), stats
-    request.spec.ClearField("workspace")
-    request.workspace_digest = pack.manifest.digest
+    request.workspace_digest = pack.digest  # the spec lists no files (build_spec's by_digest)
     try:
         return client.call(client.control.SubmitJob, request), stats
     except CliError as err:
