@@ -194,6 +194,10 @@ class Client:
             return response
         raise AssertionError("unreachable")  # the loop always returns or raises
 
+    def streaming(self) -> Client:
+        """The client for streams (as `cli.fastclient.ReadClient.streaming`): this one."""
+        return self
+
     def stream(self, rpc: Callable[..., Any], request: Any) -> Any:
         """Start a server stream (no deadline; keepalive guards it). Iterate it via `iterate`."""
         return rpc(request, metadata=self._metadata)

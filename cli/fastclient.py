@@ -1,13 +1,18 @@
-"""The client of the fast path's reads (`sf job ls`, `sf job status`): unary calls without grpcio.
+"""The client of the fast path's unary calls (`sf job ls`, `sf job status`, the re-submit of an
+unchanged lab): unary calls without grpcio.
 
-`ReadClient` makes the console's read calls over `cli.h2unary` (HTTP/2 without grpcio's import,
-docs/benchmarks.md, **cli**) and turns a failed call into the `CliError` that `cli.client.Client`
-would (`cli.errors.tls_failure` and `from_rpc`, on an object that answers as grpcio's error
-does). It falls back to that grpcio `Client` — for the call and every later one — whenever
-`cli.h2unary` raises `Fallback` (no connection, a refused handshake, an answer that is not a plain
-gRPC response) and from the start for what it does not do: TLS trusting the system's CAs (grpcio
-has its own root store), a CA file that does not read as PEM, a plaintext console that
-`Client` refuses. Only idempotent reads come here, so a call made again through grpcio is safe.
+`ReadClient` makes the console's unary calls over `cli.h2unary` (HTTP/2 without grpcio's import,
+docs/benchmarks.md, **cli** and **packaging**) and turns a failed call into the `CliError` that
+`cli.client.Client` would (`cli.errors.tls_failure` and `from_rpc`, on an object that answers as
+grpcio's error does). It falls back to that grpcio `Client` — for the call and every later one —
+whenever `cli.h2unary` raises `Fallback` (no connection, a refused handshake, an answer that is
+not a plain gRPC response) and from the start for what it does not do: TLS trusting the system's
+CAs (grpcio has its own root store), a CA file that does not read as PEM, a plaintext console that
+`Client` refuses. Streams (uploads, logs) are grpcio's: `streaming()` hands over to it for good.
+
+A call made again through grpcio must be safe: only idempotent reads come here, and SubmitJob,
+whose request carries the client's `request_id` (the console returns the job that id queued
+before instead of queueing a second one: the retry the field exists for).
 """
 
 from __future__ import annotations
@@ -29,34 +34,56 @@ if TYPE_CHECKING:
     import grpc
 
     from cli.client import Client
+    from cli.submitcalls import Accounts, Catalog, Fleets
 
 DEFAULT_TIMEOUT_S = 30.0  # as cli.client's (tests/unit/cli/test_h2unary.py checks they agree)
 R = TypeVar("R", bound=Message)
 
 
 class Method(Generic[R]):
-    """One unary method of a service: its stub attribute, HTTP/2 path and response type."""
+    """One unary method of a service: `cli.client.Client`'s attribute for the service and the
+    method's stub, its HTTP/2 path and response type."""
 
-    __slots__ = ("name", "path", "response")
+    __slots__ = ("name", "path", "response", "service")
 
-    def __init__(self, name: str, path: str, response: type[R]) -> None:  # not a dataclass: ~0.3 ms of start
-        self.name, self.path, self.response = name, path, response
+    def __init__(self, service: str, name: str, path: str, response: type[R]) -> None:  # not a dataclass:
+        self.service, self.name, self.path, self.response = service, name, path, response  # ~0.3 ms of start
 
     def __call__(self, request: Any, *, timeout: float, metadata: Any) -> R:
         raise TypeError("a Method is made through ReadClient.call")  # it only names a call
 
 
 class Control:
-    """The ControlService reads the fast path makes."""
+    """The ControlService calls the fast path makes."""
 
-    ListJobs = Method("ListJobs", "/starforge.control.v1.ControlService/ListJobs", pb.ListJobsResponse)
-    GetJob = Method("GetJob", "/starforge.control.v1.ControlService/GetJob", pb.GetJobResponse)
+    ListJobs = Method("control", "ListJobs", "/starforge.control.v1.ControlService/ListJobs", pb.ListJobsResponse)
+    GetJob = Method("control", "GetJob", "/starforge.control.v1.ControlService/GetJob", pb.GetJobResponse)
+    SubmitJob = Method("control", "SubmitJob", "/starforge.control.v1.ControlService/SubmitJob", pb.SubmitJobResponse)
 
 
 class ReadClient:
-    """ControlService reads over HTTP/2, grpcio's `Client` for what they cannot do (module docstring)."""
+    """Unary calls over HTTP/2, grpcio's `Client` for what they cannot do (module docstring)."""
 
     control = Control()
+
+    # the other services' calls are `sf submit`'s: their modules load only when it asks
+    @property
+    def catalog(self) -> Catalog:
+        from cli.submitcalls import CATALOG
+
+        return CATALOG
+
+    @property
+    def fleets(self) -> Fleets:
+        from cli.submitcalls import FLEETS
+
+        return FLEETS
+
+    @property
+    def accounts(self) -> Accounts:
+        from cli.submitcalls import ACCOUNTS
+
+        return ACCOUNTS
 
     def __init__(self, address: str, token: str | None, *, tls: bool, ca_file: str | None, insecure: bool) -> None:
         self.address = address
@@ -89,15 +116,22 @@ class ReadClient:
         return Client(self.address, self._token, tls=self._tls, ca_file=self._ca_file, insecure=self._insecure)
 
     def call(self, rpc: Method[R], request: Message, *, timeout: float | None = None) -> R:
-        """A unary read with deadline and token; failures become the `CliError` grpcio's path raises."""
+        """A unary call with deadline and token; failures become the `CliError` grpcio's path raises."""
         if self._grpc is None:
             try:
                 return self._h2_call(rpc, request, timeout or self.timeout)
             except h2unary.Fallback:
                 self._close_channel()
                 self._grpc = self._grpc_client()
-        response: R = self._grpc.call(getattr(self._grpc.control, rpc.name), request, timeout=timeout)
+        response: R = self._grpc.call(getattr(getattr(self._grpc, rpc.service), rpc.name), request, timeout=timeout)
         return response
+
+    def streaming(self) -> Client:
+        """grpcio's `Client`, for streams (uploads, logs) and every later call: they all share its channel."""
+        if self._grpc is None:
+            self._close_channel()
+            self._grpc = self._grpc_client()
+        return self._grpc
 
     def _h2_call(self, rpc: Method[R], request: Message, timeout: float) -> R:
         try:

@@ -104,6 +104,9 @@ def _logs(st: AppState, p: dict[str, Any]) -> int:
 
 
 def _submit(st: AppState, p: dict[str, Any]) -> int:
+    from cli import gitinfo
+
+    gitinfo.start_early(st.cwd)  # git reads the lab while the submit flow's modules load
     from cli.commands import submit
 
     return submit.run_submit(st, p)

@@ -3,6 +3,9 @@
 `sf submit` packs the lab from git so that every run records the commit it came from. The lab
 may be a sub-folder of a larger repository: every path returned here is relative to the lab
 root, never to the repository root.
+
+`start_early` lets `sf submit` start these git processes before it imports the rest of its code,
+so that git walks the lab while Python loads modules; `read_state` then takes them.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import subprocess
 from dataclasses import dataclass
 from typing import NoReturn
 
-from cli.errors import usage
+from cli.errors import CliError, usage
 
 NOT_A_REPO_HINT = "run `git init && git add -A && git commit -m 'first commit'` in the lab"
+LAB_FILE = "starforge.yaml"  # cli.lab.LAB_FILE (tests/unit/cli/test_gitinfo.py): cli.lab loads yaml
+_started: dict[pathlib.Path, list[subprocess.Popen[bytes]]] = {}  # start_early's, by lab root (at most one)
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,41 @@ def _check(root: pathlib.Path, args: tuple[str, ...], returncode: int, stderr: b
         raise usage(f"git {' '.join(args[:2])} failed in {root}: {err[-1] if err else 'error'}")
 
 
-def _run_together(root: pathlib.Path, *commands: tuple[str, ...]) -> list[tuple[bytes, bytes, int]]:
-    """Run git `commands` at the same time (none depends on another's result): stdout, stderr, status."""
+def start_early(cwd: pathlib.Path | None = None) -> None:
+    """Start `read_state`'s git processes for the lab containing `cwd` (found as `cli.lab.find_lab_root`
+    finds it), to run while the caller imports; `read_state` of that lab takes them. Anything that
+    goes wrong here is left for `read_state` to meet and report. Processes nobody took are ended
+    when the interpreter exits (they only read: GIT_OPTIONAL_LOCKS=0)."""
+    if _started:
+        return
+    try:
+        here = (cwd or pathlib.Path.cwd()).resolve()
+        root = next((f for f in (here, *here.parents) if (f / LAB_FILE).is_file()), None)
+        if root is None:
+            return
+        _started[root] = _spawn(root, (_HEAD, _TRACKED, _STATUS))
+    except (OSError, CliError):
+        return
+    import atexit
+
+    atexit.register(_end_untaken)
+
+
+def _end_untaken() -> None:
+    for procs in _started.values():
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+    _started.clear()
+
+
+def _take_started(root: pathlib.Path) -> list[subprocess.Popen[bytes]] | None:
+    """The processes `start_early` started for `root` (once), or None."""
+    return _started.pop(root, None)
+
+
+def _spawn(root: pathlib.Path, commands: tuple[tuple[str, ...], ...]) -> list[subprocess.Popen[bytes]]:
+    """Start git `commands` at the same time (none depends on another's result)."""
     env = {**os.environ, **_ENV_OVERRIDES}
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -76,6 +114,11 @@ def _run_together(root: pathlib.Path, *commands: tuple[str, ...]) -> list[tuple[
             proc.kill()
             proc.communicate()
         raise usage("git is not installed; sf submit packs the lab from git") from None
+    return procs
+
+
+def _collect(procs: list[subprocess.Popen[bytes]]) -> list[tuple[bytes, bytes, int]]:
+    """Each process's stdout, stderr and status, in order."""
     results = []
     for proc in procs:
         out, err = proc.communicate()
@@ -118,8 +161,9 @@ def read_state(root: pathlib.Path) -> GitState:
 
     Three git processes, run at the same time: `rev-parse` (the lab's prefix in the repository,
     HEAD's commit and branch), `ls-files` (the tracked files) and `status` (the changes)."""
+    procs = _take_started(root) or _spawn(root, (_HEAD, _TRACKED, _STATUS))
     (head_out, head_err, head_rc), (tracked_out, tracked_err, tracked_rc), (status_out, status_err, status_rc) = (
-        _run_together(root, _HEAD, _TRACKED, _STATUS)
+        _collect(procs)
     )
     if head_rc != 0:
         _refuse_head(root, head_err)

@@ -259,8 +259,11 @@ def build_spec(
     pools: list[job_spec_pb2.PoolRequest],
     overrides: list[job_spec_pb2.Override],
     client_host: str | None = None,
+    by_digest: bool = False,
 ) -> job_spec_pb2.JobSpec:
-    """Assemble the JobSpec from the lab, the experiment, the packed workspace and the flags."""
+    """Assemble the JobSpec from the lab, the experiment, the packed workspace and the flags;
+    `by_digest`: the workspace is named by its manifest digest, the spec lists no files (nor
+    makes the manifest message)."""
     config_image = files.config.get("image")
     train_data = job_spec_pb2.DataRef(path=opts.train_data, dataset=opts.train_dataset)
     git = pack.git
@@ -284,7 +287,7 @@ def build_spec(
         overrides=overrides,
         model=opts.model,
         image=opts.image or (config_image if isinstance(config_image, str) else ""),
-        workspace=pack.manifest,
+        workspace=None if by_digest else pack.manifest,
         provenance=provenance,
         observability=observability(
             files.config, opts.observability_url, validate=opts.validate, tool=opts.observability_tool

@@ -19,14 +19,17 @@ import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starforge_api.control.v1 import blob_service_pb2
 
-from cli.client import Client
 from cli.errors import CliError
 from cli.output import Output, human_bytes
 from cli.pack import Pack, PackedFile
 from common.hashing import sha256_file
+
+if TYPE_CHECKING:  # grpcio: loaded by the client that uploads, not by `sf submit` of an unchanged lab
+    from cli.client import Client
 
 CHUNK = 1 << 20
 # Whole small files per UploadBlobs message: under the console's 4 MiB message limit.

@@ -7,21 +7,24 @@ message is the one the server would give.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starforge_api.catalog.v1 import catalog_service_pb2
 from starforge_api.control.v1 import fleet_service_pb2
 from starforge_api.job.v1 import job_spec_pb2
 
-from cli.client import Client
 from cli.errors import usage
 from common import errors, profiles
 from recipes import params
 from recipes.proto import decl_from_proto
 
+if TYPE_CHECKING:
+    from cli.client import Client
+    from cli.fastclient import ReadClient
+
 
 def check_against_console(
-    client: Client,
+    client: Client | ReadClient,
     method: str,
     config: dict[str, Any],
     pools: Sequence[job_spec_pb2.PoolRequest],

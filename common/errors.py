@@ -7,13 +7,31 @@ back into one readable message for the CLI. Nothing else in the code base builds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import grpc
 from starforge_api.control.v1 import error_reason_pb2
 
+if TYPE_CHECKING:
+    import grpc
+
 Reason = int  # a starforge.control.v1.ErrorReason value
+
+
+def _code(name: str) -> Callable[[], grpc.StatusCode]:
+    """The default of an error's `code`: grpc's status code `name`, looked up when an error is made.
+
+    grpcio is imported then, not with this module: `sf submit` checks overrides with these errors
+    (recipes.params) and, for an unchanged lab, talks to the console without grpcio (its import is
+    ~65 ms of CPU, docs/benchmarks.md, **packaging**)."""
+
+    def code() -> grpc.StatusCode:
+        import grpc
+
+        return grpc.StatusCode[name]
+
+    return code
 
 
 @dataclass(frozen=True)
@@ -57,7 +75,7 @@ class StarforgeError(Exception):
     quota_violations: tuple[QuotaViolation, ...] = ()
     retry_after_seconds: float | None = None
 
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    code: grpc.StatusCode = field(default_factory=_code("INTERNAL"))
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -77,7 +95,7 @@ class InvalidArgument(StarforgeError):
     """The request is malformed. Carries BadRequest field violations."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_INVALID_ARGUMENT
-    code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+    code: grpc.StatusCode = field(default_factory=_code("INVALID_ARGUMENT"))
 
 
 @dataclass
@@ -85,7 +103,7 @@ class NotFound(StarforgeError):
     """The object does not exist, or the caller may not know that it does."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_NOT_FOUND
-    code: grpc.StatusCode = grpc.StatusCode.NOT_FOUND
+    code: grpc.StatusCode = field(default_factory=_code("NOT_FOUND"))
 
 
 @dataclass
@@ -93,7 +111,7 @@ class AlreadyExists(StarforgeError):
     """The object exists."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_ALREADY_EXISTS
-    code: grpc.StatusCode = grpc.StatusCode.ALREADY_EXISTS
+    code: grpc.StatusCode = field(default_factory=_code("ALREADY_EXISTS"))
 
 
 @dataclass
@@ -101,7 +119,7 @@ class FailedPrecondition(StarforgeError):
     """The system is not in a state that allows the operation. Carries PreconditionFailure."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_ILLEGAL_TRANSITION
-    code: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION
+    code: grpc.StatusCode = field(default_factory=_code("FAILED_PRECONDITION"))
 
 
 @dataclass
@@ -109,7 +127,7 @@ class PermissionDenied(StarforgeError):
     """The caller is known but may not do this."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_FORBIDDEN
-    code: grpc.StatusCode = grpc.StatusCode.PERMISSION_DENIED
+    code: grpc.StatusCode = field(default_factory=_code("PERMISSION_DENIED"))
 
 
 @dataclass
@@ -117,7 +135,7 @@ class Unauthenticated(StarforgeError):
     """No valid credentials."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_BAD_TOKEN
-    code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED
+    code: grpc.StatusCode = field(default_factory=_code("UNAUTHENTICATED"))
 
 
 @dataclass
@@ -125,7 +143,7 @@ class ResourceExhausted(StarforgeError):
     """Out of a resource (GPUs, quota, server capacity). Carries QuotaFailure and RetryInfo."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_BACKEND_UNAVAILABLE
-    code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED
+    code: grpc.StatusCode = field(default_factory=_code("RESOURCE_EXHAUSTED"))
 
 
 @dataclass
@@ -133,14 +151,14 @@ class Unavailable(StarforgeError):
     """A dependency (executor, backend, database) cannot be reached; retrying may help."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_BACKEND_UNAVAILABLE
-    code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    code: grpc.StatusCode = field(default_factory=_code("UNAVAILABLE"))
 
 
 @dataclass
 class Internal(StarforgeError):
     """A bug. The message carries an incident id that is also in the server log."""
 
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    code: grpc.StatusCode = field(default_factory=_code("INTERNAL"))
 
 
 @dataclass
@@ -148,22 +166,24 @@ class DeadlineExceeded(StarforgeError):
     """A call to a dependency ran past its deadline."""
 
     reason: Reason = error_reason_pb2.ERROR_REASON_BACKEND_UNAVAILABLE
-    code: grpc.StatusCode = grpc.StatusCode.DEADLINE_EXCEEDED
+    code: grpc.StatusCode = field(default_factory=_code("DEADLINE_EXCEEDED"))
 
 
-_BY_CODE: dict[grpc.StatusCode, type[StarforgeError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+_BY_CODE_NAME: dict[str, type[StarforgeError]] = {
+    "INVALID_ARGUMENT": InvalidArgument,
+    "NOT_FOUND": NotFound,
+    "ALREADY_EXISTS": AlreadyExists,
+    "FAILED_PRECONDITION": FailedPrecondition,
+    "PERMISSION_DENIED": PermissionDenied,
+    "UNAUTHENTICATED": Unauthenticated,
+    "RESOURCE_EXHAUSTED": ResourceExhausted,
+    "UNAVAILABLE": Unavailable,
+    "DEADLINE_EXCEEDED": DeadlineExceeded,
 }
 
 
 def error_class_for(code: grpc.StatusCode) -> type[StarforgeError]:
     """The error class that a status code maps back to (Internal for the rest)."""
-    return _BY_CODE.get(code, Internal)
+    import grpc
+
+    return _BY_CODE_NAME.get(code.name, Internal) if isinstance(code, grpc.StatusCode) else Internal

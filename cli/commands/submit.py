@@ -5,13 +5,17 @@ command's typer declaration (options, help) is `cli.commands.submit_cmd`.
 
 The order is chosen so that the cheapest refusal comes first: flags, then experiment files,
 then the token, then packing (git, secrets), and only then the network.
+
+An unchanged lab the console admitted before is submitted by its manifest digest with unary calls
+only, which `cli.fastclient` makes without importing grpcio on the fast path (docs/benchmarks.md,
+**packaging**); whatever may upload, and every stream, goes through grpcio's `cli.client.Client`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starforge_api.catalog.v1 import catalog_service_pb2
 from starforge_api.control.v1 import account_service_pb2, control_service_pb2
@@ -19,7 +23,6 @@ from starforge_api.job.v1 import job_spec_pb2
 
 from cli import spec as specmod
 from cli import templates
-from cli.client import Client
 from cli.commands.job_read import parse_pairs
 from cli.context import AppState
 from cli.errors import CliError
@@ -31,9 +34,13 @@ from cli.pack import ADMITTED_FILE, Pack, pack_lab
 from cli.upload import UploadStats, hash_and_upload, hash_small_change, upload_files
 from cli.validate import check_against_console
 
+if TYPE_CHECKING:
+    from cli.client import Client
+    from cli.fastclient import ReadClient
+
 
 def _upgrade_lock(
-    client: Client, files: specmod.ExperimentFiles, framework_version: str, out: Output
+    client: Client | ReadClient, files: specmod.ExperimentFiles, framework_version: str, out: Output
 ) -> job_spec_pb2.RecipeLock:
     """Resolve the latest lock and rewrite recipe.lock.json (after packing: the tree stays clean).
 
@@ -56,7 +63,7 @@ def _upgrade_lock(
     return lock
 
 
-def _with_project(lab: Lab, client: Client) -> Lab:
+def _with_project(lab: Lab, client: Client | ReadClient) -> Lab:
     """A lab whose starforge.yaml gives only `name:` belongs to the submitting user's project."""
     if lab.settings.project:
         return lab
@@ -74,7 +81,8 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     state.require_token()  # no token: refuse before packing
     # files the hash cache does not know are hashed while they upload (hash_and_upload)
     pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty, defer_hashing=True)
-    client = state.client()  # after packing: no gRPC threads alive while git is forked
+    admitted = AdmittedWorkspaces(lab.root / ADMITTED_FILE)
+    client = _client(state, pack, admitted)  # after packing: no gRPC threads alive while git is forked
     lab = _with_project(lab, client)
     for warning in pack.warnings:
         out.warn(warning)
@@ -91,20 +99,19 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
                 framework_version,
                 asked_version=opts.framework_version,
             )
-    admitted = AdmittedWorkspaces(lab.root / ADMITTED_FILE)
     hash_small_change(pack)
     known = bool(pack.files) and not pack.unhashed
-    by_digest = known and admitted.get(client.address) == pack.manifest.digest
+    by_digest = known and admitted.get(client.address) == pack.digest
     # an unchanged lab the console admitted before: nothing to ask about, nothing to upload
-    stats = UploadStats(0, 0, len(pack.files)) if by_digest else hash_and_upload(client, pack, out)
+    stats = UploadStats(0, 0, len(pack.files)) if by_digest else hash_and_upload(client.streaming(), pack, out)
     out.info(stats.summary())
     if opts.upgrade_recipe:
         files.lock = _upgrade_lock(client, files, opts.framework_version, out)
-    spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides)
+    spec = specmod.build_spec(lab, files, opts, pack, pools=pools, overrides=overrides, by_digest=by_digest)
     request = control_service_pb2.SubmitJobRequest(spec=spec, request_id=str(uuid.uuid4()), dry_run=opts.dry_run)
     resp, stats = _submit_job(client, request, pack, out, stats, by_digest)
     if not opts.dry_run:
-        admitted.remember(client.address, pack.manifest.digest)
+        admitted.remember(client.address, pack.digest)
     job = resp.job
     if out.json:
         doc: dict[str, Any] = {
@@ -116,7 +123,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
                 "bytes_uploaded": stats.bytes_uploaded,
                 "files_unchanged": stats.files_unchanged,
             },
-            "workspace_digest": pack.manifest.digest,
+            "workspace_digest": pack.digest,
         }
         if opts.follow and not opts.dry_run:
             out.json_line(doc)
@@ -128,14 +135,23 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
         _print_submitted(out, job, opts)
     if not opts.follow or opts.dry_run:
         return 0
-    final = follow_logs(client, job.job_id, out, tail=0, follow=True)
+    final = follow_logs(client.streaming(), job.job_id, out, tail=0, follow=True)
     if final is not None:
         out.info(f"job {job.job_id} ended {state_name(final)}")
     return exit_code_for(final)
 
 
+def _client(state: AppState, pack: Pack, admitted: AdmittedWorkspaces) -> Client | ReadClient:
+    """The client for this submission: for a lab packed unchanged since the configured console
+    admitted it (the submission will name it by digest), the unary one (`AppState.reader`: HTTP/2
+    on the fast path); for anything else grpcio's, which the upload needs anyway."""
+    if pack.files and not pack.unhashed and admitted.get(state.config().console) == pack.digest:
+        return state.reader()
+    return state.client()
+
+
 def _submit_job(
-    client: Client,
+    client: Client | ReadClient,
     request: control_service_pb2.SubmitJobRequest,
     pack: Pack,
     out: Output,
@@ -147,14 +163,13 @@ def _submit_job(
     and listed after all. Returns the response and what was uploaded."""
     if not by_digest:
         return client.call(client.control.SubmitJob, request), stats
-    request.spec.ClearField("workspace")
-    request.workspace_digest = pack.manifest.digest
+    request.workspace_digest = pack.digest  # the spec lists no files (build_spec's by_digest)
     try:
         return client.call(client.control.SubmitJob, request), stats
     except CliError as err:
         if err.reason != "MISSING_BLOB":
             raise
-    stats = upload_files(client, pack.files, out)
+    stats = upload_files(client.streaming(), pack.files, out)
     out.info(f"the console no longer has this workspace for you: {stats.summary()}")
     request.ClearField("workspace_digest")
     request.spec.workspace.CopyFrom(pack.manifest)

@@ -4,7 +4,10 @@ console, exactly what the full typer tree (`cli.app`) prints: stdout, stderr and
 The two also use different transports for `sf job ls` and `sf job status`: the fast path's reads go
 over `cli.h2unary` (HTTP/2 without grpcio), the full tree's over grpcio; so these tests compare the
 transports too, on success and on refusals (NOT_FOUND, UNAUTHENTICATED),
-plaintext and TLS (with the right CA and with a CA that did not sign the console's certificate)."""
+plaintext and TLS (with the right CA and with a CA that did not sign the console's certificate).
+So does `sf submit` of an unchanged lab (named by its manifest digest): its unary calls
+(GetRecipe, ListProfiles, SubmitJob) go over `cli.h2unary` on the fast path, over grpcio in the
+full tree, and both must print the same document and the same refusals."""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ import sys
 
 from starforge_api.job.v1 import job_state_pb2 as st
 
+from cli.hashcache import AdmittedWorkspaces
+from cli.lab import find_lab
+from cli.pack import ADMITTED_FILE, pack_lab
 from common.tls import TlsConfig
 from tests.integration.console import Console, console
 from tests.security.tls_support import make_pki
@@ -36,7 +42,7 @@ def _env(c: Console, **extra: str) -> dict[str, str]:
     }
 
 
-def _full_tree(c: Console, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _full_tree(c: Console, *args: str, cwd: pathlib.Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """`args` through the typer tree, never the fast path (the same environment as `c.sf`)."""
     probe = "import sys\nfrom cli.app import app\napp(sys.argv[1:])\n"
     return subprocess.run(
@@ -46,28 +52,31 @@ def _full_tree(c: Console, *args: str, **env: str) -> subprocess.CompletedProces
         text=True,
         timeout=120,
         check=False,
+        cwd=cwd,
     )
 
 
-def _fast(c: Console, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _fast(c: Console, *args: str, cwd: pathlib.Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """`args` through the real `sf` binary (the fast path for the hot commands)."""
     sf = os.path.join(os.path.dirname(sys.executable), "sf")
-    return subprocess.run([sf, *args], env=_env(c, **env), capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sf, *args], env=_env(c, **env), capture_output=True, text=True, timeout=120, check=False, cwd=cwd
+    )
 
 
-async def _compare(c: Console, cases: list[tuple[str, ...]], **env: str) -> None:
+async def _compare(c: Console, cases: list[tuple[str, ...]], cwd: pathlib.Path | None = None, **env: str) -> None:
     """Both ways print the same for every case (`env`: extra environment for both)."""
     for args in cases:
         fast, full = await asyncio.gather(
-            asyncio.to_thread(_fast, c, *args, **env), asyncio.to_thread(_full_tree, c, *args, **env)
+            asyncio.to_thread(_fast, c, *args, cwd=cwd, **env), asyncio.to_thread(_full_tree, c, *args, cwd=cwd, **env)
         )
         assert _seen(fast) == _seen(full), args
         assert "Traceback" not in fast.stderr, args
 
 
-async def _imports_grpc(c: Console, *args: str, **env: str) -> bool:
-    """Whether the fast path imported grpc for `args` (the h2 reads need none)."""
-    r = await asyncio.to_thread(_fast, c, *args, PYTHONPROFILEIMPORTTIME="1", **env)
+async def _imports_grpc(c: Console, *args: str, cwd: pathlib.Path | None = None, **env: str) -> bool:
+    """Whether the fast path imported grpc for `args` (the h2 calls need none)."""
+    r = await asyncio.to_thread(_fast, c, *args, cwd=cwd, PYTHONPROFILEIMPORTTIME="1", **env)
     assert r.returncode == 0, r.stderr[-2000:]
     return any(line.split("|")[-1].strip() == "grpc" for line in r.stderr.splitlines())
 
@@ -125,4 +134,75 @@ async def test_hot_commands_over_tls_print_what_the_full_tree_prints(tmp_path: p
         # a CA that did not sign the console's certificate: refused before anything is sent
         await _compare(c, cases, STARFORGE_CA_FILE=str(pki.rogue_ca))
         rogue = await asyncio.to_thread(_fast, c, "job", "ls", STARFORGE_CA_FILE=str(pki.rogue_ca))
+        assert rogue.returncode == 5 and "does not verify" in rogue.stderr, rogue.stderr
+
+
+# What differs between two submissions of the same lab: the job's id, its times, its place in the queue.
+_VOLATILE = re.compile(r'"\d{4}-\d\d-\d\dT[0-9:.]+Z"|\bj[0-9a-z]{10,}\b|#\d+ in queue|"queuePosition": \d+')
+
+
+def _submitted(r: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
+    code, out, err = _seen(r)
+    return code, _VOLATILE.sub("X", out), _VOLATILE.sub("X", err)
+
+
+async def _resubmit_both(c: Console, lab: pathlib.Path, *args: str, **env: str) -> None:
+    """`sf submit` of the unchanged `lab` both ways: the same output (but for the new job's id and
+    times), both named by digest (0 bytes, no files listed), the fast path without grpc."""
+    fast = await asyncio.to_thread(_fast, c, *args, cwd=lab, **env)
+    full = await asyncio.to_thread(_full_tree, c, *args, cwd=lab, **env)
+    assert _submitted(fast) == _submitted(full), (fast.stderr, full.stderr)
+    assert "Traceback" not in fast.stderr
+    if "json" in args:
+        doc = json.loads(fast.stdout)
+        assert doc["upload"]["bytes_uploaded"] == 0 and doc["upload"]["files_unchanged"] > 0, doc["upload"]
+        assert "files" not in doc["job"]["spec"].get("workspace", {}), "named by its manifest digest"
+    assert not await _imports_grpc(c, *args, cwd=lab, **env)
+
+
+async def test_resubmit_of_an_unchanged_lab_prints_what_the_full_tree_prints(tmp_path: pathlib.Path) -> None:
+    async with console(tmp_path) as c:
+        lab = await c.lab("exp", files={"src/model.py": "print('model')\n"})
+        first = json.loads((await c.sf_async("-o", "json", "submit", "exp", cwd=lab)).stdout)
+        assert first["upload"]["files_uploaded"] > 0
+        await _resubmit_both(c, lab, "-o", "json", "submit", "exp")
+        await _resubmit_both(c, lab, "submit", "exp", "--label", "a=b", "--priority", "3")
+        await _resubmit_both(c, lab, "submit", "exp", "--dry-run", "-o", "json")
+        await _resubmit_both(c, lab, "submit", "exp", "--dry-run")
+        # refusals: an override the recipe does not know (GetRecipe's answer, checked locally),
+        # a profile the registry does not have, SubmitJob's own (a fleet, a secret that does not
+        # exist), a token the console does not know, a console that is not there (no connection:
+        # grpcio's own message, after its retries)
+        refusals = [
+            ("submit", "exp", "--set", "no_such_key=1"),
+            ("-o", "json", "submit", "exp", "-p", "nosuchgpu:8"),
+            ("submit", "exp", "--fleet", "nosuchfleet"),
+            ("-o", "json", "submit", "exp", "--secret", "NOPE=nosuchsecret"),
+        ]
+        await _compare(c, refusals, cwd=lab)
+        await _compare(
+            c, [("-o", "json", "submit", "exp"), ("submit", "exp")], cwd=lab, STARFORGE_TOKEN="sfp_" + "x" * 40
+        )
+        gone = {c.address: "127.0.0.1:1"}
+        admitted = lab / ".starforge" / "cache" / "admitted.json"
+        text = admitted.read_text()
+        admitted.write_text(text.replace(*next(iter(gone.items()))))  # the digest known for the absent console
+        await _compare(c, [("-o", "json", "submit", "exp")], cwd=lab, STARFORGE_CONSOLE="127.0.0.1:1")
+
+
+async def test_resubmit_to_a_console_with_another_certificate_is_refused_as_by_the_full_tree(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A re-submit's HTTP/2 TLS refuses a console that the CA does not verify before anything is
+    sent, with the full tree's message (a verified re-submit: tests/unit/cli/test_h2unary.py)."""
+    pki = make_pki(tmp_path / "pki")
+    tls = TlsConfig(cert_file=str(pki.leaf.cert), key_file=str(pki.leaf.key), ca_file=str(pki.ca))
+    async with console(tmp_path / "c", tls=tls) as c:
+        (c.root / "client.yaml").write_text(json.dumps({"ca_file": str(pki.ca)}))  # for c.sf too
+        lab = await c.lab("exp")
+        digest = pack_lab(lab, find_lab(lab).settings).manifest.digest
+        AdmittedWorkspaces(lab / ADMITTED_FILE).remember(c.address, digest)  # as if it was admitted before
+        cases = [("submit", "exp"), ("-o", "json", "submit", "exp")]
+        await _compare(c, cases, cwd=lab, STARFORGE_CA_FILE=str(pki.rogue_ca))
+        rogue = await asyncio.to_thread(_fast, c, "submit", "exp", cwd=lab, STARFORGE_CA_FILE=str(pki.rogue_ca))
         assert rogue.returncode == 5 and "does not verify" in rogue.stderr, rogue.stderr

@@ -80,6 +80,9 @@ class FakeClient:
         except grpc.RpcError as err:
             raise self.error(err) from None
 
+    def streaming(self) -> FakeClient:  # as Client.streaming: streams go through the same client
+        return self
+
     def stream(self, rpc: Callable[..., Any], request: Any) -> Any:
         return rpc(request)
 

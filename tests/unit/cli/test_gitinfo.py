@@ -98,6 +98,43 @@ def test_three_git_processes(lab: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
     assert [a[3] for a in started] == ["rev-parse", "ls-files", "status"]
 
 
+def test_processes_started_early_are_taken_once_by_the_same_lab(
+    lab: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`start_early` (before `sf submit` imports its flow) starts the same three processes, from a
+    folder inside the lab; `read_state` of that lab takes them and reads the same state as without."""
+    from cli import lab as labmod
+
+    assert gitinfo.LAB_FILE == labmod.LAB_FILE
+    expected = read_state(lab)
+    started: list[list[str]] = []
+    real = subprocess.Popen
+
+    def counting(args: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        started.append(args)
+        return real(args, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", counting)
+    gitinfo.start_early(lab / "src")  # a folder inside the lab: the lab's root
+    gitinfo.start_early(lab / "src")  # a second call starts nothing more
+    assert [a[3] for a in started] == ["rev-parse", "ls-files", "status"]
+    assert [a[2] for a in started] == [str(lab.resolve())] * 3
+    assert read_state(lab) == expected and len(started) == 3  # taken: no new process
+    assert read_state(lab) == expected and len(started) == 6  # taken once only
+
+
+def test_processes_started_early_and_not_taken_are_ended(lab: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    gitinfo.start_early(outside)  # no lab: nothing started
+    assert not gitinfo._started
+    gitinfo.start_early(lab)
+    procs = gitinfo._started[lab.resolve()]
+    assert gitinfo._take_started(outside) is None and gitinfo._started  # another root's
+    gitinfo._end_untaken()  # what atexit runs
+    assert not gitinfo._started and all(p.returncode is not None for p in procs)
+
+
 def test_dirty_lab(lab: pathlib.Path) -> None:
     write(lab / "src/model.py", "changed\n")  # modified
     write(lab / "src/staged.py", "new\n")

@@ -13,8 +13,13 @@ from typing import Any
 
 import grpc
 import pytest
+from starforge_api.catalog.v1 import catalog_service_pb2 as catalog_pb
+from starforge_api.catalog.v1 import recipe_pb2
+from starforge_api.control.v1 import account_service_pb2 as account_pb
 from starforge_api.control.v1 import control_service_pb2 as pb
-from starforge_api.job.v1 import job_pb2
+from starforge_api.control.v1 import error_reason_pb2
+from starforge_api.control.v1 import fleet_service_pb2 as fleet_pb
+from starforge_api.job.v1 import job_pb2, job_spec_pb2
 
 from cli import client as grpc_client
 from cli import fastclient, h2unary
@@ -243,3 +248,133 @@ def test_settings_h2_does_not_apply_go_to_grpcio(tmp_path: pathlib.Path) -> None
         fastclient.ReadClient("127.0.0.1:1", "t", tls=True, ca_file=str(bad), insecure=False)
     with pytest.raises(CliError, match="not on this machine and TLS is off"):
         fastclient.ReadClient("192.0.2.1:7070", "t", tls=False, ca_file=None, insecure=False)
+
+
+# `sf submit`'s unary calls (an unchanged lab's re-submit makes them over h2): each method's path
+# and response type, against a server that answers every one of them.
+_SUBMIT_CALLS: dict[str, tuple[str, Any, Any, Any]] = {
+    "SubmitJob": (
+        SERVICE,
+        pb.SubmitJobRequest(request_id="r1", workspace_digest="d" * 64),
+        pb.SubmitJobRequest,
+        pb.SubmitJobResponse(job=job_pb2.Job(job_id="j1", experiment="exp"), warnings=["w ü"]),
+    ),
+    "GetRecipe": (
+        "starforge.catalog.v1.CatalogService",
+        catalog_pb.GetRecipeRequest(name="custom/custom"),
+        catalog_pb.GetRecipeRequest,
+        catalog_pb.GetRecipeResponse(recipe=recipe_pb2.Recipe(name="custom/custom")),
+    ),
+    "ResolveLock": (
+        "starforge.catalog.v1.CatalogService",
+        catalog_pb.ResolveLockRequest(method="custom/custom"),
+        catalog_pb.ResolveLockRequest,
+        catalog_pb.ResolveLockResponse(lock=job_spec_pb2.RecipeLock(method="custom/custom", version="3")),
+    ),
+    "ListProfiles": (
+        "starforge.control.v1.FleetService",
+        fleet_pb.ListProfilesRequest(),
+        fleet_pb.ListProfilesRequest,
+        fleet_pb.ListProfilesResponse(profiles=[fleet_pb.HardwareProfile(series="h200")]),
+    ),
+    "WhoAmI": (
+        "starforge.control.v1.AccountService",
+        account_pb.WhoAmIRequest(),
+        account_pb.WhoAmIRequest,
+        account_pb.WhoAmIResponse(user=account_pb.User(name="alice")),
+    ),
+}
+
+
+async def _serve_submit_calls(
+    creds: grpc.ServerCredentials | None, refuse: errors.StarforgeError | None = None
+) -> tuple[grpc.aio.Server, Server]:
+    """A server of every `_SUBMIT_CALLS` method answering its canned response (or `refuse`)."""
+    state = Server()
+    server = grpc.aio.server()
+    by_service: dict[str, dict[str, grpc.RpcMethodHandler[Any, Any]]] = {}
+    for name, (service, _, request_type, response) in _SUBMIT_CALLS.items():
+
+        async def handle(request: Any, context: Any, name: str = name, response: Any = response) -> Any:
+            md = tuple((k, v) for k, v in context.invocation_metadata() or () if k in ("authorization",))
+            state.seen.append((name, md, request.SerializeToString()))
+            if refuse is not None:
+                await context.abort_with_status(to_grpc_status(refuse))
+            return response
+
+        by_service.setdefault(service, {})[name] = grpc.unary_unary_rpc_method_handler(
+            handle, request_deserializer=request_type.FromString, response_serializer=type(response).SerializeToString
+        )
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(s, h) for s, h in by_service.items()])
+    port = server.add_secure_port("127.0.0.1:0", creds) if creds else server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    state.address = f"127.0.0.1:{port}"
+    return server, state
+
+
+def _submit_calls(c: grpc_client.Client | fastclient.ReadClient) -> list[Any]:
+    """Every `_SUBMIT_CALLS` call through `c`, as `sf submit` makes them: responses or CliErrors."""
+    stubs: dict[str, Any] = {"SubmitJob": c.control, "GetRecipe": c.catalog, "ResolveLock": c.catalog}
+    stubs |= {"ListProfiles": c.fleets, "WhoAmI": c.accounts}
+    out: list[Any] = []
+    try:
+        for name, (_, request, _, _) in _SUBMIT_CALLS.items():
+            try:
+                out.append(c.call(getattr(stubs[name], name), request, timeout=5.0))
+            except CliError as err:
+                out.append(err.to_json())
+    finally:
+        c.close()
+    return out
+
+
+@pytest.mark.parametrize("secure", [False, True])
+@pytest.mark.parametrize(
+    "refuse", [None, errors.FailedPrecondition("gone", reason=error_reason_pb2.ERROR_REASON_MISSING_BLOB)]
+)
+async def test_submit_calls_send_and_read_what_grpcio_does(
+    pki: Pki, secure: bool, refuse: errors.StarforgeError | None
+) -> None:
+    creds = grpc.ssl_server_credentials([(pki.leaf.key.read_bytes(), pki.leaf.cert.read_bytes())]) if secure else None
+    server, state = await _serve_submit_calls(creds, refuse)
+    ca_file = str(pki.ca) if secure else None
+    try:
+        ours = fastclient.ReadClient(state.address, "sfp_tok", tls=secure, ca_file=ca_file, insecure=False)
+        assert ours._grpc is None  # h2 makes these calls
+        theirs = grpc_client.Client(state.address, "sfp_tok", tls=secure, ca_file=ca_file)
+        got_theirs = await asyncio.to_thread(_submit_calls, theirs)
+        got_ours = await asyncio.to_thread(_submit_calls, ours)
+        assert got_ours == got_theirs
+        if refuse is None:
+            assert got_ours == [response for *_, response in _SUBMIT_CALLS.values()]
+        else:
+            assert all(doc["error"]["reason"] == "MISSING_BLOB" for doc in got_ours), got_ours
+        n = len(_SUBMIT_CALLS)
+        assert state.seen[:n] == state.seen[n:]  # the same paths, token and request bytes
+        assert [name for name, *_ in state.seen[n:]] == list(_SUBMIT_CALLS)
+    finally:
+        await server.stop(0)
+
+
+async def test_streaming_hands_over_to_grpcio_for_good(plain: Server) -> None:
+    """`streaming()` (an upload, a log stream): grpcio's client, which then makes every call."""
+
+    async def ok(request: pb.GetJobRequest, _: Any) -> pb.GetJobResponse:
+        return pb.GetJobResponse(job=job_pb2.Job(job_id=request.job_id))
+
+    plain.behave = ok
+    ours = fastclient.ReadClient(plain.address, "sfp_tok", tls=False, ca_file=None, insecure=False)
+    try:
+        first = await asyncio.to_thread(ours.call, ours.control.GetJob, pb.GetJobRequest(job_id="a"))
+        assert ours._channel is not None and ours._grpc is None
+        streaming = ours.streaming()
+        assert isinstance(streaming, grpc_client.Client) and ours.streaming() is streaming
+        assert ours._channel is None  # the HTTP/2 connection is closed
+        second = await asyncio.to_thread(ours.call, ours.control.GetJob, pb.GetJobRequest(job_id="b"))
+        assert (first.job.job_id, second.job.job_id) == ("a", "b")
+        assert ours._channel is None and ours._grpc is streaming  # made through grpcio
+    finally:
+        ours.close()
+    plain_client = grpc_client.Client(plain.address, "t")
+    assert plain_client.streaming() is plain_client
+    plain_client.close()

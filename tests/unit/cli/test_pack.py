@@ -7,6 +7,7 @@ import os
 import pathlib
 
 import pytest
+from starforge_api.job.v1 import workspace_pb2
 
 from cli import globs, pack
 from cli.errors import EXIT_USAGE, CliError
@@ -65,6 +66,21 @@ def test_manifest_digest_is_canonical_and_stable(lab: pathlib.Path) -> None:
     (lab / "src/model.py").chmod(0o755)
     git(lab, "commit", "-q", "-am", "chmod")
     assert _pack(lab).manifest.digest != first.manifest.digest
+
+
+def test_the_digest_needs_no_manifest_message_and_matches_it(lab: pathlib.Path) -> None:
+    """An unchanged lab is named by its digest alone: `Pack.digest` is the manifest's, made without
+    the message (made when first asked for, as it would have been made at once)."""
+    p = _pack(lab)
+    assert p._manifest is None
+    digest = p.digest
+    assert p._manifest is None  # still not made
+    eager = pack.to_manifest(p.files)
+    assert p.manifest == eager and digest == eager.digest == p.digest
+    unhashed = _pack(lab, use_cache=False, defer_hashing=True)
+    assert unhashed.unhashed and unhashed.digest == "" and unhashed.manifest == workspace_pb2.WorkspaceManifest()
+    unhashed.hashed({f.path: sha256_file(lab / f.path) for f in unhashed.unhashed})
+    assert unhashed.digest == digest and unhashed.manifest == eager
 
 
 def test_paths_are_relative_posix_without_dotdot(lab: pathlib.Path) -> None:
