@@ -7,6 +7,9 @@ child) and the console's CPU over the submit (utime + stime of the console and i
 /proc/<pid>/stat). CPU time is what a shared machine measures best; wall is printed beside it.
 `measure_ours()` is one round, for `python -m bench.ab packaging_cpu`.
 
+`STARFORGE_BENCH_CONSOLE_CPUS` pins the console, `STARFORGE_BENCH_LOADGEN_CPUS` pins `sf` (taskset; see
+"Pinning to N cores" in docs/benchmarks.md).
+
 `--py-spy DIR`: record the console with py-spy (`--native`) during the submit and profile `sf` with
 cProfile, into DIR (one round).
 """
@@ -23,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import cpu_seconds_of, fresh_dir, log
+from bench.common import CONSOLE_CPUS, LOADGEN_CPUS, cpu_seconds_of, fresh_dir, log, pinned_command
 from bench.console import SF, running_console
 from bench.packaging import drain, ensure_data, lab_bytes, make_lab
 
@@ -49,7 +52,9 @@ def measure_ours(profile: pathlib.Path | None = None) -> dict[str, float]:
             )  # fmt: skip
             time.sleep(1.0)
         c0, r0, t0 = cpu_seconds_of(pids), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-        proc = subprocess.run(cmd, cwd=lab, env=console.env(), capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            pinned_command(cmd, LOADGEN_CPUS), cwd=lab, env=console.env(), capture_output=True, text=True, check=True
+        )
         wall = time.monotonic() - t0
         r1, c1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds_of(pids)
         if spy is not None:
@@ -74,13 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy", type=pathlib.Path, default=None, help="profile both sides into this folder")
     args = parser.parse_args(argv)
     rows = []
+    pins = f", console CPUs {CONSOLE_CPUS}" if CONSOLE_CPUS else ""
+    pins += f", sf CPUs {LOADGEN_CPUS}" if LOADGEN_CPUS else ""
     for n in range(args.rounds):
         r = measure_ours(args.py_spy)
         rows.append(r)
         load = os.getloadavg()[0]
         log(
             f"round {n + 1}: wall {r['first_s']:.2f} s ({r['first_mb_s']:.1f} MB/s), sf CPU {r['sf_cpu_s']:.2f} s, "
-            f"console CPU {r['console_cpu_s']:.2f} s, load {load:.1f}"
+            f"console CPU {r['console_cpu_s']:.2f} s, load {load:.1f}{pins}"
         )
     if len(rows) > 1:
         med = {k: statistics.median(r[k] for r in rows) for k in ("first_s", "sf_cpu_s", "console_cpu_s")}

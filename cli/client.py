@@ -21,8 +21,10 @@ from common.addresses import is_loopback
 from common.channel import CHANNEL_OPTIONS, bearer
 
 if TYPE_CHECKING:
+    from google.protobuf.message import Message
     from starforge_api.catalog.v1.catalog_service_pb2_grpc import CatalogServiceStub
     from starforge_api.control.v1.account_service_pb2_grpc import AccountServiceStub
+    from starforge_api.control.v1.blob_service_pb2 import UploadBlobsResponse
     from starforge_api.control.v1.blob_service_pb2_grpc import BlobServiceStub
     from starforge_api.control.v1.control_service_pb2_grpc import ControlServiceStub
     from starforge_api.control.v1.dataset_service_pb2_grpc import DatasetServiceStub
@@ -118,6 +120,19 @@ class Client:
         from starforge_api.control.v1 import blob_service_pb2_grpc
 
         return blob_service_pb2_grpc.BlobServiceStub(self.channel)
+
+    @functools.cached_property
+    def blob_upload(self) -> Callable[..., UploadBlobsResponse]:
+        """BlobService.UploadBlobs taking each request as a message or already encoded (bytes):
+        cli/upload.py encodes its whole-blob messages itself, without a copy into a message."""
+        from starforge_api.control.v1 import blob_service_pb2
+
+        method = blob_service_pb2.DESCRIPTOR.services_by_name["BlobService"].methods_by_name["UploadBlobs"]
+        return self.channel.stream_unary(
+            f"/{method.containing_service.full_name}/{method.name}",
+            request_serializer=_encoded,
+            response_deserializer=blob_service_pb2.UploadBlobsResponse.FromString,
+        )
 
     @functools.cached_property
     def accounts(self) -> AccountServiceStub:
@@ -221,3 +236,8 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _encoded(request: bytes | Message) -> bytes:
+    """A request serializer for messages some of which come already encoded (`Client.blob_upload`)."""
+    return request if isinstance(request, bytes) else request.SerializeToString()

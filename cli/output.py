@@ -13,7 +13,7 @@ import enum
 import functools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cli.errors import CliError
@@ -40,6 +40,38 @@ def message_to_dict(msg: message.Message) -> dict[str, Any]:
     from google.protobuf import json_format
 
     return json_format.MessageToDict(msg, preserving_proto_field_name=True)
+
+
+_WORKSPACE_FILE_FIELDS = ("path", "sha256", "size", "executable")
+
+
+def job_to_dict(job: Any) -> dict[str, Any]:
+    """`message_to_dict(job)` for a Job (or any message with `spec.workspace.files`): the same
+    dict, with the workspace's files (10,000 in a large lab) converted here rather than by
+    json_format's field-by-field walk of every WorkspaceFile."""
+    files = job.spec.workspace.files
+    if not files or tuple(f.name for f in files[0].DESCRIPTOR.fields) != _WORKSPACE_FILE_FIELDS:
+        return message_to_dict(job)
+    rest = type(job)()
+    rest.CopyFrom(job)
+    rest.spec.workspace.ClearField("files")  # the workspace stays present, as in `job`
+    out = message_to_dict(rest)
+    workspace = out["spec"]["workspace"]
+    # WorkspaceFile as MessageToDict writes it: fields in number order, defaults left out, int64 as a string
+    listed = []
+    for f in files:
+        d: dict[str, Any] = {}
+        if f.path:
+            d["path"] = f.path
+        if f.sha256:
+            d["sha256"] = f.sha256
+        if f.size:
+            d["size"] = str(f.size)
+        if f.executable:
+            d["executable"] = True
+        listed.append(d)
+    out["spec"]["workspace"] = {"files": listed, **workspace}
+    return out
 
 
 class Output:
@@ -72,9 +104,7 @@ class Output:
 
     def data(self, obj: Any) -> None:
         """Print one JSON document on stdout (JSON mode)."""
-        import json  # here: text output never needs it
-
-        sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+        sys.stdout.write(dumps_indented(obj, _json_default) + "\n")
         sys.stdout.flush()
 
     def json_line(self, obj: Any) -> None:
@@ -144,6 +174,107 @@ def print_error(err: CliError, *, as_json: bool) -> None:
         console.print(Text.assemble("  • ", line))
     if err.hint:
         console.print(Text.assemble(("  hint: ", "dim"), err.hint))
+
+
+def dumps_indented(obj: Any, default: Callable[[Any], Any]) -> str:
+    """`json.dumps(obj, indent=2, default=default)`, the same text, without the standard library's
+    pure-Python encoder (any `indent` selects it): a `sf submit -o json` document lists every file
+    of the workspace, and for 10,000 files that encoder was most of the time spent printing it.
+    Strings go through the C string encoder; containers are joined here."""
+    import json.encoder
+
+    enc = json.encoder.encode_basestring_ascii  # the C function where _json is built, as json.dumps uses
+    on_path: set[int] = set()
+
+    def key(k: Any) -> str:
+        if isinstance(k, str):
+            return enc(k)
+        if isinstance(k, float):
+            return enc(floatstr(k))
+        if k is True:
+            return '"true"'
+        if k is False:
+            return '"false"'
+        if k is None:
+            return '"null"'
+        if isinstance(k, int):
+            return enc(int.__repr__(k))
+        raise TypeError(f"keys must be str, int, float, bool or None, not {k.__class__.__name__}")
+
+    def floatstr(o: float) -> str:
+        if math.isnan(o):
+            return "NaN"
+        if o == math.inf:
+            return "Infinity"
+        if o == -math.inf:
+            return "-Infinity"
+        return float.__repr__(o)
+
+    def value(o: Any, pad: str) -> str:
+        if isinstance(o, str):
+            return enc(o)
+        if o is None:
+            return "null"
+        if o is True:
+            return "true"
+        if o is False:
+            return "false"
+        if isinstance(o, int):
+            return int.__repr__(o)
+        if isinstance(o, float):
+            return floatstr(o)
+        if isinstance(o, list | tuple | dict):
+            if not o:
+                return "[]" if not isinstance(o, dict) else "{}"
+            if id(o) in on_path:
+                raise ValueError("Circular reference detected")
+            on_path.add(id(o))
+            inner = pad + "  "
+            sep = ",\n" + inner
+            if isinstance(o, dict):
+                text = "{\n" + inner + sep.join([key(k) + ": " + value(v, inner) for k, v in o.items()])
+                text += "\n" + pad + "}"
+            elif _flat_records(o):
+                text = _records_indented(o, pad)
+            else:
+                text = "[\n" + inner + sep.join([value(v, inner) for v in o]) + "\n" + pad + "]"
+            on_path.discard(id(o))
+            return text
+        if id(o) in on_path:
+            raise ValueError("Circular reference detected")
+        on_path.add(id(o))
+        text = value(default(o), pad)
+        on_path.discard(id(o))
+        return text
+
+    return value(obj, "")
+
+
+_SCALARS = frozenset((str, int, bool, type(None)))
+
+
+def _flat_records(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether `items` are all non-empty dicts of str keys and str/int/bool/None values (a
+    manifest's files): those `_records_indented` encodes with the C encoder."""
+    return all(
+        type(d) is dict and d and all(type(k) is str and type(v) in _SCALARS for k, v in d.items()) for d in items
+    )
+
+
+def _records_indented(items: list[Any] | tuple[Any, ...], pad: str) -> str:
+    """A non-empty list of `_flat_records`, as `json.dumps(indent=2)` writes it at indentation `pad`.
+
+    One call of the C encoder with a NUL in the item separator: an encoded string never holds a raw
+    control character (ensure_ascii escapes them), so every NUL is a separator, and one between two
+    records is the only one preceded by `}`. Replacing them and the records' braces gives the
+    indented text."""
+    import json
+
+    compact = json.JSONEncoder(separators=(",\0", ": ")).encode(items)
+    outer, inner = pad + "  ", pad + "    "
+    text = compact[2:-2].replace("},\0{", "\1").replace("\0", "\n" + inner)
+    text = text.replace("\1", "\n" + outer + "},\n" + outer + "{\n" + inner)
+    return "[\n" + outer + "{\n" + inner + text + "\n" + outer + "}\n" + pad + "]"
 
 
 def _json_default(obj: Any) -> Any:

@@ -29,7 +29,7 @@ from cli.errors import CliError
 from cli.follow import exit_code_for, follow_logs, state_name
 from cli.hashcache import AdmittedWorkspaces
 from cli.lab import Lab
-from cli.output import Output, message_to_dict
+from cli.output import Output, job_to_dict
 from cli.pack import ADMITTED_FILE, Pack, pack_lab
 from cli.upload import UploadStats, hash_and_upload, hash_small_change, upload_files
 from cli.validate import check_against_console
@@ -115,7 +115,7 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     job = resp.job
     if out.json:
         doc: dict[str, Any] = {
-            "job": message_to_dict(job),
+            "job": job_to_dict(job),
             "warnings": list(resp.warnings),
             "dry_run": opts.dry_run,
             "upload": {

@@ -74,6 +74,18 @@ class FakeClient:
 
         self.control = self.blobs = self.accounts = self.catalog = self.datasets = self.fleets = _Stub()
 
+        def blob_upload(requests: Iterator[Any], **_: Any) -> Any:
+            # as Client.blob_upload: requests as messages or already encoded; the handler sees messages
+            from starforge_api.control.v1 import blob_service_pb2
+
+            def decoded() -> Iterator[Any]:
+                for r in requests:
+                    yield blob_service_pb2.UploadBlobsRequest.FromString(r) if isinstance(r, bytes) else r
+
+            return self.blobs.UploadBlobs(decoded())
+
+        self.blob_upload = blob_upload
+
     def call(self, rpc: Callable[..., Any], request: Any, *, timeout: float | None = None) -> Any:
         try:
             return rpc(request)

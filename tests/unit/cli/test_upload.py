@@ -24,12 +24,35 @@ def _file(tmp_path: pathlib.Path, name: str, data: bytes) -> PackedFile:
     return PackedFile(name, path, hashlib.sha256(data).hexdigest(), len(data), False)
 
 
+def _messages(stream: Any) -> list[bs.UploadBlobsRequest]:
+    """blob_chunks' stream as messages (its whole-blob messages come encoded)."""
+    return [bs.UploadBlobsRequest.FromString(m) if isinstance(m, bytes) else m for m in stream]
+
+
+@pytest.mark.parametrize("sizes", [[0], [1], [127, 128], [16383, 16384], [upload.CHUNK - 1], [0, 5, 0, 300_000]])
+def test_whole_blobs_are_encoded_as_protobuf_encodes_them(sizes: list[int]) -> None:
+    blobs = [(hashlib.sha256(bytes([i])).hexdigest(), bytes([i % 251]) * n) for i, n in enumerate(sizes)]
+    encoded = b"".join(part for d, data in blobs for part in upload._whole_blob(d, data))
+    expected = bs.UploadBlobsRequest(blobs=[bs.UploadBlobsRequest.WholeBlob(digest=d, data=data) for d, data in blobs])
+    assert encoded == expected.SerializeToString()
+    assert bs.UploadBlobsRequest.FromString(encoded) == expected
+    assert [upload._varint(n) for n in (0, 127, 128, 16383, 16384, 2**21, 2**35)] == [
+        b"\x00",
+        b"\x7f",
+        b"\x80\x01",
+        b"\xff\x7f",
+        b"\x80\x80\x01",
+        b"\x80\x80\x80\x01",
+        b"\x80\x80\x80\x80\x80\x01",
+    ]
+
+
 def test_small_files_travel_whole_and_large_ones_in_chunks(tmp_path: pathlib.Path) -> None:
     big = _file(tmp_path, "big", b"x" * (upload.CHUNK * 2 + 10))
     empty = _file(tmp_path, "empty", b"")
     small = _file(tmp_path, "small", b"s" * 1000)
     exact = _file(tmp_path, "exact", b"y" * upload.CHUNK)
-    chunks = list(upload.blob_chunks([empty, small, big, exact]))
+    chunks = _messages(upload.blob_chunks([empty, small, big, exact]))
     assert [(b.digest, b.data) for b in chunks[0].blobs] == [
         (empty.sha256, b""),
         (small.sha256, pathlib.Path(small.real).read_bytes()),
@@ -47,7 +70,7 @@ def test_small_files_travel_whole_and_large_ones_in_chunks(tmp_path: pathlib.Pat
 def test_whole_blobs_are_packed_up_to_the_message_size(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(upload, "MESSAGE_BYTES", 250)
     files = [_file(tmp_path, f"f{i}", bytes([i]) * 100) for i in range(5)]
-    messages = list(upload.blob_chunks(files))
+    messages = _messages(upload.blob_chunks(files))
     assert [len(m.blobs) for m in messages] == [2, 2, 1]
     assert [b.digest for m in messages for b in m.blobs] == [f.sha256 for f in files]
 
@@ -57,7 +80,7 @@ def test_a_file_whose_size_changed_stops_the_stream(tmp_path: pathlib.Path, size
     f = _file(tmp_path, "a", b"h" * size)
     write(tmp_path / "a", "HELLO, longer now")
     problems: list[str] = []
-    assert [m for m in upload.blob_chunks([f], problems=problems) if m.finish or m.blobs] == []
+    assert [m for m in _messages(upload.blob_chunks([f], problems=problems)) if m.finish or m.blobs] == []
     assert problems == ["a changed while it was being uploaded"]
 
 
