@@ -499,15 +499,7 @@ class JobsApi:
                 yield LogBatch(list(rows))
             elif not follow:
                 return
-        async for batch in self._follow(jid, cursor, attempt_number, follow):
-            yield batch
-
-    async def _follow(
-        self, jid: str, cursor: logs.Cursor | None, attempt_number: int, follow: bool
-    ) -> AsyncIterator[LogBatch]:
-        """The lines after `cursor`, then (`follow`) those stored later until the job ends."""
         notifier, tails, heads = self.ctx.notifier, self.ctx.log_tails, self.heads
-        key = f"logs:{jid}"
         use_memory = False  # after its first ledger read, a follower may take lines from memory
         state_seen = 0  # the job's notification generation at that read: a new one means a new state
         state_read = 0  # the job's state that read returned
