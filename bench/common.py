@@ -271,12 +271,17 @@ def log(text: str) -> None:
 
 
 def ensure_peers() -> pathlib.Path:
-    """The peers' virtualenv (Ray, MLflow), created on first use."""
-    if not PEERS_PYTHON.exists():
+    """The peers' virtualenv (Ray, MLflow), created on first use.
+
+    It counts as made only once pip succeeded (a stamp file): a run interrupted while installing
+    leaves a virtualenv whose python exists but whose packages do not, and the next run starts over."""
+    stamp = PEERS_VENV / ".installed"
+    if not stamp.exists():
         log(f"creating {PEERS_VENV} with {', '.join(PEER_PACKAGES)} (first run only)")
         base = shutil.which("python3") or sys.executable
-        subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([base, "-m", "venv", "--clear", str(PEERS_VENV)], check=True)
         subprocess.run([str(PEERS_PYTHON), "-m", "pip", "install", "--quiet", *PEER_PACKAGES], check=True)
+        stamp.write_text(" ".join(PEER_PACKAGES) + "\n")
     return PEERS_PYTHON
 
 
