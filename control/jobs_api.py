@@ -33,8 +33,9 @@ from control.telemetry.log_tail import LogBatch
 from control.workspace_records import ParsedManifest, WorkspaceRecords
 
 FOLLOW_POLL_SECONDS = 1.0
-# A follower served from memory still reads the ledger at least this often: the longest a line
-# another replica stored after the job's tail here, or a state it changed, waits to reach it.
+# How often the heads of the followed jobs are read from the ledger (LedgerHeads): about the
+# longest a line another replica stored after the job's tail here, or a state it changed, waits
+# before a follower served from memory reads it.
 LEDGER_CHECK_SECONDS = 5.0
 NO_CURSOR = (0, -1)  # before every line
 MAX_PAGE = 1000
