@@ -22,12 +22,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
 from control.ledger import jobs
+
+log = logging.getLogger("starforge.control.periodic_reads")
 
 # (job state, (attempt number, offset) of the newest line of its current attempt, or None)
 Head = tuple[int, tuple[int, int] | None]
@@ -70,7 +73,8 @@ class PeriodicReads(Generic[V]):
                 break
             try:
                 values = await self._read(keys)
-            except Exception:  # the database away: the watchers find no value and read themselves
+            except Exception as exc:  # the database away: the watchers find no value and read themselves
+                log.warning("periodic read of %d keys failed: %s", len(keys), exc)
                 values = {}
             self._values = {k: v for k, v in values.items() if k in self._watched}
             self.seq += 1
