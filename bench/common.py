@@ -267,6 +267,24 @@ def log(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def floor_server(module: str, *args: str, what: str) -> Iterator[tuple[int, str]]:
+    """`python -m <module> --serve READY_FILE *args` in its own process, pinned as the console is,
+    until it writes its port: (pid, address); stopped by its PID after. The floors' bare servers."""
+    ready = fresh_dir(module.rsplit(".", 1)[-1].replace("_", "-")) / "port"
+    serve = [sys.executable, "-m", module, "--serve", str(ready), *args]
+    proc = subprocess.Popen(pinned_command(serve, CONSOLE_CPUS), cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() or not ready.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start")
+            time.sleep(0.05)
+        yield proc.pid, f"127.0.0.1:{ready.read_text()}"
+    finally:
+        stop_pid(proc)
+
+
 # -- peers -----------------------------------------------------------------------------------------
 
 

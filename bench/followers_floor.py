@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import pathlib
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,7 +28,7 @@ import grpc
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import telemetry_pb2
 
-from bench.common import CONSOLE_CPUS, REPO, fresh_dir, pinned_command, stop_pid
+from bench.common import floor_server
 
 SERVICE = "starforge.control.v1.ControlService"
 
@@ -86,18 +85,9 @@ async def _serve(ready: pathlib.Path, runs: int, interval: float) -> None:
 @contextlib.contextmanager
 def running(runs: int, interval: float) -> Iterator[tuple[int, str, list[str]]]:
     """The floor server in its own process (pinned as the console is): (pid, address, run ids)."""
-    ready = fresh_dir("followers-floor") / "port"
-    serve = [sys.executable, "-m", "bench.followers_floor", "--serve", str(ready), str(runs), str(interval)]
-    proc = subprocess.Popen(pinned_command(serve, CONSOLE_CPUS), cwd=REPO, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists() or not ready.read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the followers' floor server did not start")
-            time.sleep(0.05)
-        yield proc.pid, f"127.0.0.1:{ready.read_text()}", [f"floor-{i}" for i in range(runs)]
-    finally:
-        stop_pid(proc)
+    args = (str(runs), str(interval))
+    with floor_server("bench.followers_floor", *args, what="the followers' floor server") as (pid, address):
+        yield pid, address, [f"floor-{i}" for i in range(runs)]
 
 
 def main() -> None:

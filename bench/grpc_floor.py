@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-import subprocess
 import sys
-import time
 from typing import Any
 
 import grpc
 
-from bench.common import CONSOLE_CPUS, LOADGEN_CPUS, REPO, fresh_dir, log, pinned, pinned_command, stop_pid
+from bench.common import LOADGEN_CPUS, floor_server, log, pinned
 from common.channel import aio_channel
 
 METHOD = "/bench.Floor/Noop"
@@ -45,30 +43,19 @@ def measure() -> dict[str, float]:
     """The no-op server's calls/s and CPU per call under the admission storm."""
     from bench.admission import CLIENTS, _storm
 
-    ready = fresh_dir("grpc-floor") / "port"
-    serve = [sys.executable, "-m", "bench.grpc_floor", "--serve", str(ready)]
-    proc = subprocess.Popen(pinned_command(serve, CONSOLE_CPUS), cwd=REPO, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists() or not ready.read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the no-op gRPC server did not start")
-            time.sleep(0.05)
-        address = f"127.0.0.1:{ready.read_text()}"
+    with floor_server("bench.grpc_floor", what="the no-op gRPC server") as (pid, address):
 
         async def go() -> dict[str, float]:
             channels = [aio_channel(address) for _ in range(CLIENTS)]
             calls = [ch.unary_unary(METHOD, None, None) for ch in channels]
             try:
-                return await _storm(lambda i: calls[i](b"x" * 200), proc.pid)
+                return await _storm(lambda i: calls[i](b"x" * 200), pid)
             finally:
                 for ch in channels:
                     await ch.close(None)
 
         with pinned(LOADGEN_CPUS):
             return asyncio.run(go())
-    finally:
-        stop_pid(proc)
 
 
 def main() -> None:

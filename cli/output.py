@@ -223,29 +223,24 @@ def dumps_indented(obj: Any, default: Callable[[Any], Any]) -> str:
             return int.__repr__(o)
         if isinstance(o, float):
             return floatstr(o)
-        if isinstance(o, list | tuple | dict):
-            if not o:
-                return "[]" if not isinstance(o, dict) else "{}"
-            if id(o) in on_path:
-                raise ValueError("Circular reference detected")
-            on_path.add(id(o))
-            inner = pad + "  "
-            sep = ",\n" + inner
-            if isinstance(o, dict):
-                text = "{\n" + inner + sep.join([key(k) + ": " + value(v, inner) for k, v in o.items()])
-                text += "\n" + pad + "}"
-            elif _flat_records(o):
-                text = _records_indented(o, pad)
-            else:
-                text = "[\n" + inner + sep.join([value(v, inner) for v in o]) + "\n" + pad + "]"
-            on_path.discard(id(o))
-            return text
+        is_container = isinstance(o, list | tuple | dict)
+        if is_container and not o:
+            return "[]" if not isinstance(o, dict) else "{}"
         if id(o) in on_path:
             raise ValueError("Circular reference detected")
         on_path.add(id(o))
-        text = value(default(o), pad)
+        text = container(o, pad) if is_container else value(default(o), pad)
         on_path.discard(id(o))
         return text
+
+    def container(o: list[Any] | tuple[Any, ...] | dict[Any, Any], pad: str) -> str:
+        inner = pad + "  "
+        sep = ",\n" + inner
+        if isinstance(o, dict):
+            return "{\n" + inner + sep.join([key(k) + ": " + value(v, inner) for k, v in o.items()]) + "\n" + pad + "}"
+        if _flat_records(o):
+            return _records_indented(o, pad)
+        return "[\n" + inner + sep.join([value(v, inner) for v in o]) + "\n" + pad + "]"
 
     return value(obj, "")
 
