@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 from sqlalchemy import event
 from sqlalchemy.orm import Session
@@ -343,3 +344,38 @@ async def test_a_stop_another_replica_asks_reaches_the_run_on_its_open_stream(
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_another_users_follow_is_refused_like_a_missing_job_once_the_owner_is_known(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The owners of followed jobs are kept in memory: a user who is not the owner (nor an admin)
+    is refused with the same NotFound as for a job that does not exist, before and after the
+    owner's own followers made the console remember the job's owner."""
+    async with console(tmp_path) as c:
+        run = await running_job(c.app)
+        mine = Follower()
+        task = asyncio.ensure_future(follow(c, c.address, run.job_id, mine))
+        await report(c.address, run, "secret line")
+        await received([mine], 1)  # the owner is known now
+        assert c.app.ctx.log_tails.held(run.job_id) == 1
+
+        def make_bob(s: Session) -> str:
+            auth.create_user(s, "bob")
+            return auth.issue_token(s, "bob", "pat", name="t")[0]
+
+        bob = await c.app.ctx.db.run(make_bob)
+        channel = aio_channel(c.address)
+        try:
+            stub = ctl_grpc.ControlServiceStub(channel)
+            for job_id in (run.job_id, ids.new_job_id()):
+                req = ctl.StreamJobLogsRequest(job_id=job_id, follow=True, tail_lines=10)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await anext(aiter(stub.StreamJobLogs(req, metadata=bearer(bob))))
+                assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+                assert refused.value.details() == f"job {job_id} not found"
+        finally:
+            await channel.close(None)
+        await report(c.address, run, "end", exit_code=0)
+        await asyncio.wait_for(task, 60)
+        assert [t for _, _, t in mine.lines] == ["secret line", "end"]
