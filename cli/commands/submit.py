@@ -81,6 +81,9 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
     state.require_token()  # no token: refuse before packing
     # files the hash cache does not know are hashed while they upload (hash_and_upload)
     pack = pack_lab(lab.root, lab.settings, allow_dirty=opts.allow_dirty, defer_hashing=True)
+    # before the client is chosen: a lab written within the hash cache's racy window is still
+    # unchanged once its few unknown files are hashed, and then needs no upload (nor grpcio)
+    hash_small_change(pack)
     admitted = AdmittedWorkspaces(lab.root / ADMITTED_FILE)
     client = _client(state, pack, admitted)  # after packing: no gRPC threads alive while git is forked
     lab = _with_project(lab, client)
@@ -99,7 +102,6 @@ def submit_experiment(state: AppState, opts: specmod.SubmitOptions, out: Output)
                 framework_version,
                 asked_version=opts.framework_version,
             )
-    hash_small_change(pack)
     known = bool(pack.files) and not pack.unhashed
     by_digest = known and admitted.get(client.address) == pack.digest
     # an unchanged lab the console admitted before: nothing to ask about, nothing to upload
