@@ -26,7 +26,8 @@ exist, bootstrap.sh is the check that decides.
 
 Exit codes: 0 done; 97 a blob did not match its digest, or a manifest entry is unsafe (same as
 bootstrap.sh's integrity failures); 1 the blob service refused or could not be reached (after
-retries). Each failure prints one line "starforge: capsule fetch failed: ..." on stderr.
+retries; a certificate that does not verify is not retried). Each failure prints one line
+"starforge: capsule fetch failed: ..." on stderr.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ def download(base: str, token: str, digest: str, size: int, dest: str, executabl
                 raise FetchError(f"{label}: GET {url} answered {exc.code} {exc.reason}: {body}") from None
             last = f"{exc.code} {exc.reason}"
         except (urllib.error.URLError, OSError) as exc:
+            if isinstance(getattr(exc, "reason", exc), ssl.SSLCertVerificationError):
+                # another CA, an expired certificate, another name: trying again does not change it
+                raise FetchError(f"{label}: GET {url} failed: {getattr(exc, 'reason', exc)}") from None
             if attempt == ATTEMPTS:
                 raise FetchError(f"{label}: GET {url} failed after {ATTEMPTS} tries: {exc}") from None
             last = str(exc)

@@ -459,6 +459,7 @@ async def test_kuberay_pods_fetch_over_https_verified_with_the_control_planes_ca
         code, _, err = await run(fetch["command"], pod_env(fetch, tmp_path / "rogue"))
         assert code == 1, err
         assert "CERTIFICATE_VERIFY_FAILED" in err, err
+        assert "retrying" not in err, err  # another CA stays another CA: refused at the first try
 
         # Plain http to the https port gets nothing.
         req.blob_source.ca_pem = ""
