@@ -197,7 +197,12 @@ async def test_a_follower_behind_the_tail_reads_the_ledger_then_continues(tmp_pa
 
 
 @pytest.mark.parametrize("ledger", ["postgres"], indirect=True)
-async def test_lines_another_replica_stores_reach_followers_of_this_one(tmp_path: pathlib.Path) -> None:
+async def test_lines_another_replica_stores_reach_followers_of_this_one(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # lines stored by the other replica are found by the ledger heads' periodic read: a short
+    # period, so that the test waits on it for less than its default 5 s at each step
+    monkeypatch.setattr(jobs_api, "LEDGER_CHECK_SECONDS", 0.2)
     url = create_pg_database()
     try:
         async with console(tmp_path, database_url=url) as c:

