@@ -316,6 +316,10 @@ def netns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
+# SIGTERM to a peer driver stops what it started (a Ray head: up to 20 s), then SIGKILL
+PEER_STOP_GRACE = 30.0
+
+
 def run_peer(script: str, args: Sequence[str], *, timeout: float, in_netns: bool = True) -> dict[str, Any]:
     """Run bench/peers/<script> with the peers' Python (inside a fresh netns); its last stdout line is JSON."""
     python = ensure_peers()
@@ -332,8 +336,11 @@ def run_peer(script: str, args: Sequence[str], *, timeout: float, in_netns: bool
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            stop_pid(proc, 5)
+            stop_pid(proc, PEER_STOP_GRACE)
             raise RuntimeError(f"peer {script} did not finish within {timeout:.0f} s") from None
+        except BaseException:  # Ctrl-C of the bench: the peer is in its own session, not told
+            stop_pid(proc, PEER_STOP_GRACE)
+            raise
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"peer {script} failed (exit {proc.returncode}): {out[-2000:]}")

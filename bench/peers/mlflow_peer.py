@@ -46,13 +46,18 @@ def start_server(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
-    while True:
-        with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=2) as r:
-            if r.status == 200:
-                return proc, url
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("mlflow server did not start: " + (work / "mlflow-server.log").read_text()[-2000:])
-        time.sleep(0.3)
+    try:
+        while True:
+            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log_text = (work / "mlflow-server.log").read_text()[-2000:]
+                raise RuntimeError("mlflow server did not start: " + log_text)
+            time.sleep(0.3)
+    except BaseException:  # not started, or stopped while starting: what did start goes too
+        stop_all(proc)
+        raise
 
 
 def stop_all(proc: subprocess.Popen[bytes]) -> None:
@@ -125,6 +130,8 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=2.0)
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    # the bench's SIGTERM (a timeout, its Ctrl-C): unwind through `finally`, which stops the server
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     t0 = time.monotonic()
     proc, url = start_server(args.work)
     started = time.monotonic() - t0

@@ -76,15 +76,19 @@ def start_head(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], float]:
     log = (work / "ray-head.log").open("ab")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     client = None
-    while client is None:
-        if proc.poll() is not None or time.monotonic() - t0 > 120:
-            raise RuntimeError("ray head did not start: " + (work / "ray-head.log").read_text()[-2000:])
-        try:
-            client = JobSubmissionClient(f"http://127.0.0.1:{DASHBOARD_PORT}")
-            client.list_jobs()
-        except Exception:
-            client = None
-            time.sleep(0.2)
+    try:
+        while client is None:
+            if proc.poll() is not None or time.monotonic() - t0 > 120:
+                raise RuntimeError("ray head did not start: " + (work / "ray-head.log").read_text()[-2000:])
+            try:
+                client = JobSubmissionClient(f"http://127.0.0.1:{DASHBOARD_PORT}")
+                client.list_jobs()
+            except Exception:
+                client = None
+                time.sleep(0.2)
+    except BaseException:  # not started, or stopped while starting: what did start goes too
+        stop_all(proc)
+        raise
     return proc, time.monotonic() - t0
 
 
@@ -290,6 +294,8 @@ def main() -> int:
     p.add_argument("--cli-runs", type=int, default=0)
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    # the bench's SIGTERM (a timeout, its Ctrl-C): unwind through `finally`, which stops the head
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     proc, started = start_head(args.work)
     result: dict[str, Any] = {"head_start_s": started}
     try:
