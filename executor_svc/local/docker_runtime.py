@@ -304,7 +304,7 @@ class DockerRuntime(Runtime):
 
     async def discover(self) -> list[Discovered]:
         filters = {"label": [f"{LABEL_MANAGED}={MANAGED_BY}", f"{LABEL_EXECUTOR}={self._executor_id}"]}
-        found = await self._call(lambda c: c.containers.list(all=True, filters=filters))
+        found = await self._call(lambda c: c.containers.list(all=True, filters=filters, ignore_removed=True))
         out = []
         for container in found:
             record = self._record_from(container)

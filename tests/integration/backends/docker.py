@@ -181,7 +181,9 @@ def start_dockerd(session_dir: pathlib.Path) -> tuple[DockerEngine, IO[str] | No
 
 def remove_test_containers(client: docker.DockerClient) -> None:
     """Remove the containers tests made (this engine is private: all StarForge-labelled ones)."""
-    for c in client.containers.list(all=True, filters={"label": "starforge.dev/managed-by=starforge"}):
+    for c in client.containers.list(
+        all=True, filters={"label": "starforge.dev/managed-by=starforge"}, ignore_removed=True
+    ):
         with contextlib.suppress(docker.errors.NotFound):
             c.remove(force=True)
 

@@ -227,7 +227,9 @@ def deployment(dockerd: DockerEngine, starforge_images: str) -> Iterator[Deploym
     finally:
         d.compose("down", "--volumes", "--timeout", "10", timeout=180, check=False)
         # the job containers are the executor's, not the project's: remove those of this state dir
-        for c in dockerd.client.containers.list(all=True, filters={"label": "starforge.dev/managed-by=starforge"}):
+        for c in dockerd.client.containers.list(
+            all=True, filters={"label": "starforge.dev/managed-by=starforge"}, ignore_removed=True
+        ):
             if any(str(m.get("Source", "")).startswith(str(state) + "/") for m in c.attrs.get("Mounts", [])):
                 c.remove(force=True)
         drop_pg_database(database_url)

@@ -165,7 +165,7 @@ class ForgeletProcess:
         labels = [f"{LABEL_EXECUTOR}={executor_id(str(self.state_dir))}"]
         if attempt_id:
             labels.append(f"{LABEL_ATTEMPT}={attempt_id}")
-        return list(client.containers.list(all=True, filters={"label": labels}))
+        return list(client.containers.list(all=True, filters={"label": labels}, ignore_removed=True))
 
     async def call(self, method: str, request: Any, token: str | None = FORGELET_TOKEN) -> Any:
         async with aio_channel(self.address) as ch:
