@@ -21,10 +21,11 @@ demo: venv capsule web  ## a real training job, submitted with sf and followed t
 	$(BIN)/python -m tools.demo
 
 # The suite runs on TEST_WORKERS pytest-xdist workers: about half of a single worker's time is spent
-# waiting on the processes a test starts, so two workers on our two cores take roughly half the
-# wall time. Tests of one backend (dockerd, Slurm, the CRD server) stay on one worker, other modules
+# waiting on the processes a test starts. On our two cores, two workers left the CPU idle 22 % of
+# the run; three keep it 92 % busy for the same CPU time (docs/ARCHITECTURE.md, "Real backends").
+# Tests of one backend (dockerd, Slurm, the CRD server) stay on one worker, other modules
 # whole (tests/xdist_groups.py). TEST_WORKERS=0 runs them in this process, as before.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: system-deps venv capsule frameworks web examples dist-deps lint  ## everything CI runs
 	$(BIN)/python -m pytest -p no:cacheprovider -ra -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

@@ -45,7 +45,7 @@ def ledger(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
 
 
-# `make test` runs the suite on pytest-xdist workers (`-n 2 --dist loadgroup`); tests/xdist_groups.py
+# `make test` runs the suite on pytest-xdist workers (`-n 3 --dist loadgroup`); tests/xdist_groups.py
 # keeps each backend's tests on one worker and every other module whole.
 
 

@@ -1,7 +1,7 @@
-"""Which pytest-xdist worker runs which tests, when `make test` runs the suite on two workers.
+"""Which pytest-xdist worker runs which tests, when `make test` runs the suite on several workers.
 
 About half of one pytest process's wall time is spent waiting on the processes its tests start, so
-`make test` runs `pytest -n 2 --dist loadgroup` (Makefile: TEST_WORKERS). The work units:
+`make test` runs `pytest -n 3 --dist loadgroup` (Makefile: TEST_WORKERS). The work units:
 
 - **a backend's tests**, one unit per backend (dockerd, the Slurm cluster, the CRD server): one
   worker starts each backend, once. A test belongs to a backend by its marks (a parametrized kind
