@@ -197,6 +197,11 @@ except SystemExit:
 except BaseException as exc:
     say("the check itself failed: %s: %s" % (type(exc).__name__, exc))
     sys.exit(97)
+# PEX_* set by the job (--env; all but PEX_ROOT, the cache) would change what runner.pex runs:
+# another module or script, an interpreter, more sys.path, in the process that reads the run
+# token. Set aside under FORGE_JOB_ENV_; the runner gives them back to the training command.
+for key in [k for k in os.environ if k.startswith("PEX_") and k != "PEX_ROOT"]:
+    os.environ["FORGE_JOB_ENV_" + key] = os.environ.pop(key)
 pex = os.path.join(os.environ["FORGE_CAPSULE_DIR"], runner)
 venv = shared_venv(runner)
 if venv is not None:

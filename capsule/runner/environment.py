@@ -12,6 +12,9 @@ from .capsule_file import CapsuleSpec
 # Never visible to training code: the ingest token is the runner's alone (its file is deleted
 # before the command starts; FORGE_INGEST_TOKEN is never set by an executor, but stays stripped).
 SECRET_VARIABLES = ("FORGE_INGEST_TOKEN", "FORGE_INGEST_TOKEN_FILE")
+# The job's own PEX_* variables, which bootstrap.sh set aside so that they reach the training
+# command and not runner.pex (bootstrap.sh says why).
+SET_ASIDE = "FORGE_JOB_ENV_"
 
 
 def training_env(
@@ -29,6 +32,8 @@ def training_env(
         # path); a pex started by training code must not inherit them.
         if key not in SECRET_VARIABLES and key != "PEX" and not key.startswith("_PEX_")
     }
+    for key in [k for k in env if k.startswith(SET_ASIDE)]:
+        env[key.removeprefix(SET_ASIDE)] = env.pop(key)
     env["FORGE_REPORT_SOCKET"] = report_socket
     env["FORGE_CONFIG"] = str(config_path)
     env.setdefault("FORGE_JOB_ID", spec.job_id)

@@ -96,6 +96,21 @@ async def test_exit_code_is_the_commands(
     assert ingest.stdout() == ["failing"]
 
 
+async def test_the_jobs_pex_variables_reach_its_command_not_the_runner(
+    tmp_path: pathlib.Path, capsule_manifest: dict[str, Any], ingest: FakeIngest
+) -> None:
+    """A job's own PEX_* (`--env`) would make runner.pex run something else in the process that
+    reads the run token (PEX_INTERPRETER: a Python prompt; PEX_MODULE: another module). They reach
+    the training command, as the job asked, and the runner runs as always."""
+    train = 'echo "module=$PEX_MODULE interpreter=$PEX_INTERPRETER path=$PEX_EXTRA_SYS_PATH"\n'
+    asked = {"PEX_MODULE": "json.tool", "PEX_INTERPRETER": "1", "PEX_EXTRA_SYS_PATH": str(tmp_path)}
+    launch = lay_out(tmp_path, capsule_manifest, demo_workspace(train), ingest_addr=ingest.address, env=asked)
+    result = await run_capsule(launch)
+    assert result.returncode == 0, result.stderr
+    assert ingest.phases()[0] == "LIFECYCLE_PHASE_RUNNER_STARTED", result.stderr
+    assert ingest.stdout() == [f"module=json.tool interpreter=1 path={tmp_path}"]
+
+
 async def test_tampered_workspace_file_is_refused_before_anything_runs(
     tmp_path: pathlib.Path, capsule_manifest: dict[str, Any], ingest: FakeIngest
 ) -> None:
