@@ -13,8 +13,10 @@ from .capsule_file import CapsuleSpec
 # before the command starts; FORGE_INGEST_TOKEN is never set by an executor, but stays stripped).
 SECRET_VARIABLES = ("FORGE_INGEST_TOKEN", "FORGE_INGEST_TOKEN_FILE")
 # The job's own PEX_* variables, which bootstrap.sh set aside so that they reach the training
-# command and not runner.pex (bootstrap.sh says why).
+# command and not runner.pex (bootstrap.sh says why). Only PEX_* come back this way: nothing
+# else (a FORGE_* the runner strips) can be brought back under this prefix.
 SET_ASIDE = "FORGE_JOB_ENV_"
+SET_ASIDE_PEX = SET_ASIDE + "PEX_"
 
 
 def training_env(
@@ -32,7 +34,7 @@ def training_env(
         # path); a pex started by training code must not inherit them.
         if key not in SECRET_VARIABLES and key != "PEX" and not key.startswith("_PEX_")
     }
-    for key in [k for k in env if k.startswith(SET_ASIDE)]:
+    for key in [k for k in env if k.startswith(SET_ASIDE_PEX)]:
         env[key.removeprefix(SET_ASIDE)] = env.pop(key)
     env["FORGE_REPORT_SOCKET"] = report_socket
     env["FORGE_CONFIG"] = str(config_path)

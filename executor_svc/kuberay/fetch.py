@@ -100,9 +100,10 @@ def download(base: str, token: str, digest: str, size: int, dest: str, executabl
                 raise FetchError(f"{label}: GET {url} answered {exc.code} {exc.reason}: {body}") from None
             last = f"{exc.code} {exc.reason}"
         except (urllib.error.URLError, OSError) as exc:
-            if isinstance(getattr(exc, "reason", exc), ssl.SSLCertVerificationError):
+            cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(cause, ssl.SSLCertVerificationError):
                 # another CA, an expired certificate, another name: trying again does not change it
-                raise FetchError(f"{label}: GET {url} failed: {getattr(exc, 'reason', exc)}") from None
+                raise FetchError(f"{label}: GET {url} failed: {cause}") from None
             if attempt == ATTEMPTS:
                 raise FetchError(f"{label}: GET {url} failed after {ATTEMPTS} tries: {exc}") from None
             last = str(exc)

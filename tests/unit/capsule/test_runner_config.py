@@ -82,6 +82,26 @@ def test_training_env_drops_the_token_and_adds_the_sdk() -> None:
     assert "PYTHONPATH" not in external
 
 
+def test_training_env_gives_back_only_the_jobs_pex_variables() -> None:
+    """bootstrap.sh set the job's PEX_* aside; only those come back under their own names: the
+    prefix cannot bring back a variable the runner strips."""
+    environ = BASE | {
+        "FORGE_JOB_ENV_PEX_MODULE": "mine.main",
+        "FORGE_JOB_ENV_FORGE_INGEST_TOKEN_FILE": "/s/planted",
+        "FORGE_JOB_ENV_FORGE_REPORT_SOCKET": "@planted",
+    }
+    env = training_env(
+        environ,
+        spec=spec(),
+        capsule_dir=pathlib.Path("/c"),
+        report_socket="@starforge-j1.2",
+        config_path=pathlib.Path("/s/config.json"),
+    )
+    assert env["PEX_MODULE"] == "mine.main" and "FORGE_JOB_ENV_PEX_MODULE" not in env
+    assert "FORGE_INGEST_TOKEN_FILE" not in env
+    assert env["FORGE_REPORT_SOCKET"] == "@starforge-j1.2"
+
+
 def _ctx(tmp_path: pathlib.Path, **run: object) -> AdapterContext:
     return AdapterContext(
         run=spec(**run).run,
