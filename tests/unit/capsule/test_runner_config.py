@@ -55,15 +55,20 @@ def test_ingest_address_parsing() -> None:
             parse_address(bad)
 
 
-def test_training_env_drops_the_token_and_adds_the_sdk() -> None:
-    environ = BASE | {"PATH": "/bin", "PYTHONPATH": "/mine", "PEX": "/c/r.pex", "_PEX_CACHE_ACCESS_LOCK": "x"}
-    env = training_env(
+def _training_env(environ: dict[str, str], **run: object) -> dict[str, str]:
+    """The training command's environment for `environ`, capsule dir /c, socket @starforge-j1.2."""
+    return training_env(
         environ,
-        spec=spec(),
+        spec=spec(**run),
         capsule_dir=pathlib.Path("/c"),
         report_socket="@starforge-j1.2",
         config_path=pathlib.Path("/s/config.json"),
     )
+
+
+def test_training_env_drops_the_token_and_adds_the_sdk() -> None:
+    environ = BASE | {"PATH": "/bin", "PYTHONPATH": "/mine", "PEX": "/c/r.pex", "_PEX_CACHE_ACCESS_LOCK": "x"}
+    env = _training_env(environ)
     assert "FORGE_INGEST_TOKEN_FILE" not in env
     assert "PEX" not in env
     assert "_PEX_CACHE_ACCESS_LOCK" not in env
@@ -72,13 +77,7 @@ def test_training_env_drops_the_token_and_adds_the_sdk() -> None:
     assert env["PYTHONPATH"] == f"/c/sdk{os.pathsep}/mine"
     assert (env["FORGE_JOB_ID"], env["FORGE_ATTEMPT_ID"], env["FORGE_ATTEMPT_NUMBER"]) == ("j1", "j1.2", "2")
     assert env["PYTHONUNBUFFERED"] == "1"
-    external = training_env(
-        BASE,
-        spec=spec(observability="external"),
-        capsule_dir=pathlib.Path("/c"),
-        report_socket="@x",
-        config_path=pathlib.Path("/s/c.json"),
-    )
+    external = _training_env(BASE, observability="external")
     assert "PYTHONPATH" not in external
 
 
@@ -90,13 +89,7 @@ def test_training_env_gives_back_only_the_jobs_pex_variables() -> None:
         "FORGE_JOB_ENV_FORGE_INGEST_TOKEN_FILE": "/s/planted",
         "FORGE_JOB_ENV_FORGE_REPORT_SOCKET": "@planted",
     }
-    env = training_env(
-        environ,
-        spec=spec(),
-        capsule_dir=pathlib.Path("/c"),
-        report_socket="@starforge-j1.2",
-        config_path=pathlib.Path("/s/config.json"),
-    )
+    env = _training_env(environ)
     assert env["PEX_MODULE"] == "mine.main" and "FORGE_JOB_ENV_PEX_MODULE" not in env
     assert "FORGE_INGEST_TOKEN_FILE" not in env
     assert env["FORGE_REPORT_SOCKET"] == "@starforge-j1.2"
