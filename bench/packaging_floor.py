@@ -2,8 +2,9 @@
 packaging row (bench/packaging.py's lab, made if missing).
 
 - store: the lab's blobs, already in memory, through BlobStore.put_many in batches as UploadBlobs
-  makes them (sha256 of every byte, a temporary file each, one syncfs for the contents and one for
-  the names, the renames), in this process, no gRPC: CPU and wall.
+  makes them (sha256 of every byte; the small blobs of a batch as one pack, its index and three
+  fsyncs; the large ones a temporary file each, one syncfs for the contents and one for the names,
+  the renames), in a new store (which packs), in this process, no gRPC: CPU and wall.
 - receive: a bare grpc.aio server (its own process) with one client-streaming method and no
   interceptors receives the lab as the UploadBlobs messages `sf` sends (small files whole in 2 MiB
   messages, large ones in 1 MiB chunks), serialized beforehand and sent from a sync client as `sf`

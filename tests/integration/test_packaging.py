@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import pathlib
 import re
@@ -18,6 +19,7 @@ from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
 from starforge_api.control.v1 import blob_service_pb2 as blob
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_spec_pb2, workspace_pb2
+from starforge_api.job.v1 import job_state_pb2 as st
 
 from cli.client import Client
 from cli.errors import CliError
@@ -28,6 +30,7 @@ from cli.upload import CHUNK, hash_and_upload
 from common.channel import bearer
 from common.hashing import manifest_digest, manifest_text
 from common.rpc_status import from_rpc_error
+from control.blobpacks import PACK_MIN_BLOBS
 from tests.integration.console import Console, console, git
 
 
@@ -55,6 +58,26 @@ async def test_resubmitting_an_unchanged_lab_uploads_zero_bytes(tmp_path: pathli
         r = await c.sf_async("submit", "exp", "--allow-dirty", cwd=lab)
         assert 0 < await _uploaded_bytes(c) - after_first < 100
         assert r.returncode == 0
+
+
+async def test_a_lab_of_many_small_files_is_packed_and_runs_from_its_packs(tmp_path: pathlib.Path) -> None:
+    """Its small files go into one pack on the console (no file per blob); the executor fetches
+    them from there, and the job reads every byte."""
+    files = {f"data/part-{i:03d}.txt": f"part {i} " * (i + 1) for i in range(PACK_MIN_BLOBS + 8)}
+    listing = "".join(f"{hashlib.sha256(text.encode()).hexdigest()}  {path}\n" for path, text in sorted(files.items()))
+    train = "#!/usr/bin/env bash\nset -e\nsha256sum data/*.txt\n"  # the workspace is its cwd
+    async with console(tmp_path) as c:
+        store = c.app.ctx.store
+        lab = await c.lab("exp", train, files=files)
+        doc = _submitted(await c.sf_async("submit", "exp", "-o", "json", cwd=lab))
+        packed = [store.packs.find(hashlib.sha256(t.encode()).hexdigest()) for t in files.values()]
+        assert all(packed) and len({p.path for p in packed if p}) == 1, "one pack holds the lab's small files"
+        assert not any(store.path(hashlib.sha256(t.encode()).hexdigest()).exists() for t in files.values())
+        job_id = doc["job"]["job_id"]
+        done = await c.wait(job_id, st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, timeout=120)
+        assert done.state == st.JOB_STATE_SUCCEEDED, done.diagnosis
+        printed = [ln for ln in await c.logs(job_id) if "  data/" in ln]
+        assert "".join(f"{ln}\n" for ln in printed) == listing
 
 
 def _submitted(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
