@@ -230,7 +230,11 @@ def test_the_hot_commands_load_neither_typer_nor_pydantic(lab: pathlib.Path) -> 
 
     probe = (
         "import sys\n"
+        "import cli.main\n"
         "from cli.main import main\n"
+        "def exit_with(code):\n"
+        "    raise SystemExit(code)\n"
+        "cli.main.exit_now = exit_with  # exit_now would end the process before the print below\n"
         "sys.argv = ['sf', *sys.argv[1:]]\n"
         "try:\n"
         "    main()\n"
