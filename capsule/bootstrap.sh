@@ -45,8 +45,9 @@ else
 	fi
 fi
 
-# The pex unpacks its wheels under PEX_ROOT; the per-attempt scratch directory is always writable
-# (the image's HOME may not be).
+# The pex unpacks its bootstrap and wheels under PEX_ROOT and runs them from there. PEX_ROOT is
+# the executor's (a job's own arrives as FORGE_JOB_ENV_PEX_ROOT, for its command); without one,
+# the per-attempt scratch directory, which is always writable (the image's HOME may not be).
 if [ -z "${PEX_ROOT:-}" ] && [ -n "${FORGE_SCRATCH_DIR:-}" ]; then
 	PEX_ROOT=$FORGE_SCRATCH_DIR/.pex
 	export PEX_ROOT
@@ -197,7 +198,7 @@ except SystemExit:
 except BaseException as exc:
     say("the check itself failed: %s: %s" % (type(exc).__name__, exc))
     sys.exit(97)
-# PEX_* set by the job (--env; all but PEX_ROOT, the cache) would change what runner.pex runs:
+# PEX_* set by the job (--env; PEX_ROOT belongs to the executor, see above) would change what runner.pex runs:
 # another module or script, an interpreter, more sys.path, in the process that reads the run
 # token. Set aside under FORGE_JOB_ENV_; the runner gives them back to the training command.
 for key in [k for k in os.environ if k.startswith("PEX_") and k != "PEX_ROOT"]:

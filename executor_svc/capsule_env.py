@@ -7,6 +7,13 @@ last so a request can never point FORGE_OUT_DIR (or any other path the executor 
 Paths are those the capsule sees: host paths for the process runtime, mount points for docker,
 shared-file-system paths for Slurm.
 
+PEX_ROOT is the runner's, never the job's: runner.pex unpacks pex's bootstrap and its own code
+under PEX_ROOT and runs it from there, so a PEX_ROOT the job chose (one that other tenants' jobs
+choose too, like `/tmp/pex`) would let one job plant the code another job's runner runs with its
+run token. The runner's is `extra`'s (the executor's choice) or the attempt's scratch dir; the
+job's own value travels as FORGE_JOB_ENV_PEX_ROOT and the runner gives it back to the training
+command (capsule/runner/environment.py), as bootstrap.sh does for the job's other PEX_*.
+
 The run token is never in this environment: a process's environment stays readable by every
 process of the same user (/proc/<pid>/environ), the training command's included. The executor
 writes it with `write_token_file` into the attempt's scratch directory (mode 0600) and passes only
@@ -28,6 +35,8 @@ from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 # the executor's environment holds its token and the control plane's settings.
 INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "TMPDIR")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where a job's own PEX_ROOT travels to its training command (module docstring).
+JOBS_PEX_ROOT = "FORGE_JOB_ENV_PEX_ROOT"
 # The run token's file in the attempt's scratch directory (the runner deletes it when it starts).
 TOKEN_FILE = ".forge-ingest-token"  # noqa: S105 - a file name, not a token
 
@@ -62,7 +71,11 @@ def capsule_env(
     env = dict(request.env)
     env.update(request.secret_env)
     env.update(dataset_env(request.datasets, paths.datasets))
+    jobs_pex_root = env.pop("PEX_ROOT", None)
     env.update(extra or {})
+    env.setdefault("PEX_ROOT", f"{paths.scratch}/.pex")
+    if jobs_pex_root is not None:
+        env[JOBS_PEX_ROOT] = jobs_pex_root
     env.update(
         {
             "FORGE_CAPSULE_DIR": paths.capsule,

@@ -27,7 +27,7 @@ from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 from common import errors
 from common.hashing import is_digest
 from executor_svc.bundle import DATASET_NAME
-from executor_svc.capsule_env import dataset_env
+from executor_svc.capsule_env import JOBS_PEX_ROOT, dataset_env
 from executor_svc.kuberay.config import KubeRayConfig
 from executor_svc.plumbing.paths import check_relative_path
 
@@ -124,6 +124,9 @@ def pod_env(request: lr_pb.LaunchRequest, cfg: KubeRayConfig, secret_name: str, 
         env[_env_name(k, "secret_env")] = sensitive(k, v)
     for name, path in dataset_env(request.datasets, DATASETS_DIR).items():
         env[name] = _plain(name, path)
+    jobs_pex_root = env.pop("PEX_ROOT", None)  # the runner's is the scratch dir's (capsule_env.py)
+    if jobs_pex_root is not None:
+        env[JOBS_PEX_ROOT] = {**jobs_pex_root, "name": JOBS_PEX_ROOT}
     forge = {
         "FORGE_CAPSULE_DIR": CAPSULE_DIR,
         "FORGE_CAPSULE_SHA256": request.capsule.capsule_digest,
@@ -137,6 +140,7 @@ def pod_env(request: lr_pb.LaunchRequest, cfg: KubeRayConfig, secret_name: str, 
         "FORGE_ATTEMPT_NUMBER": str(request.attempt_number),
         "FORGE_RESUME": "1" if request.resume else "0",
         "FORGE_STOP_GRACE_SECONDS": str(grace),
+        "PEX_ROOT": f"{SCRATCH_DIR}/.pex",
         # Ray's job supervisor: SIGTERM to the entrypoint, SIGKILL this many seconds later.
         "RAY_JOB_STOP_WAIT_TIME_S": str(grace),
     }

@@ -19,8 +19,9 @@ letting the control plane launch it a second time.
 
 With `local.job_uid_range` (job_users.py) the wrapper stays root and runs bootstrap.sh through
 `setpriv` as the attempt's own uid: the job can neither signal the wrapper nor write the exit code,
-the record or the log file's directory, and it gets HOME and PEX_ROOT in its own scratch dir (a
-PEX_ROOT shared between jobs would be code one job could change for the next). Without it, every
+the record or the log file's directory, and it gets HOME and its runner's PEX_ROOT in its own
+scratch dir (a PEX_ROOT shared between jobs would be code one job could change for the next; the
+job's own PEX_ROOT is its command's, executor_svc/capsule_env.py). Without it, every
 attempt runs as the executor's user: one trusted user only.
 """
 
@@ -181,8 +182,6 @@ class ProcessRuntime(Runtime):
         dirs = spec.dirs
         job_users.hand_over(dirs.root, (dirs.capsule, dirs.datasets), (dirs.workspace, dirs.scratch), spec.out_dir, uid)
         env["HOME"] = str(dirs.scratch)
-        if "PEX_ROOT" not in spec.request.env:
-            env["PEX_ROOT"] = str(dirs.scratch / ".pex")
         return job_users.drop_privileges(uid)
 
     def _reap(self) -> None:
@@ -194,7 +193,7 @@ class ProcessRuntime(Runtime):
         dirs = spec.dirs
         visible = ",".join(str(g) for g in spec.gpus)
         extra = {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible or "void"}
-        if "PEX_ROOT" not in spec.request.env and self._uids is None:
+        if self._uids is None:
             # runner.pex unpacks (and compiles) its wheels once per node and runner digest, not in
             # every attempt's fresh scratch dir: that unpack was most of the capsule's start-up.
             # Pex's cache is content-addressed and safe for concurrent attempts.
@@ -217,7 +216,7 @@ class ProcessRuntime(Runtime):
         prefix = await asyncio.to_thread(self._isolate, spec, record, env)
         for key in SHARED_PEX_ENV:  # only the executor names a shared runner venv, never the job
             env.pop(key, None)
-        if self._shared_pex is not None and "PEX_ROOT" not in spec.request.env:
+        if self._shared_pex is not None:
             env.update(await self._shared_pex.env_for(dirs.capsule, env, spec.request.env))
         # Readable by the attempt's own uid only (the runner reads and deletes it).
         owner = record.job_uid if record.job_uid >= 0 else None

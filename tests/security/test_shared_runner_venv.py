@@ -9,6 +9,8 @@ Every write must be refused, and alice's job, started after it, must run from th
 from __future__ import annotations
 
 import pathlib
+import shutil
+import tempfile
 
 from starforge_api.job.v1 import job_state_pb2 as st
 
@@ -68,3 +70,56 @@ async def test_a_job_cannot_change_the_shared_runner_venv() -> None:
         # and its runner is that venv's own entry, exec'd by bootstrap.sh after the integrity check
         runner = pathlib.Path(out_dir(c, victim.job_id) / "runner").read_text().split()
         assert runner == [f"{report['venv']}/bin/python", "-I", f"{report['venv']}/pex"], runner
+
+
+PLANT = r"""#!/bin/sh
+set -u
+python3 - "$FORGE_OUT_DIR/attack.json" <<'PY'
+import glob, json, os, sys
+root = "SHARED"  # bob chose the folder: he needs no variable to find it
+found = sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True))
+planted = []
+for path in found:
+    try:
+        with open(path, "a") as f:
+            f.write("\nraise SystemExit('pwned by bob')\n")
+        planted.append(path)
+    except OSError:
+        pass
+seen = os.environ.get("PEX_ROOT", "")
+json.dump({"pex_root": seen, "found": found, "planted": planted}, open(sys.argv[1], "w"))
+PY
+"""
+
+
+async def test_a_pex_root_two_tenants_share_never_holds_their_runners() -> None:
+    """Both tenants' jobs set PEX_ROOT to one world-writable folder (a tutorial's `/tmp/pex`). Had
+    their runners used it, bob's runner would have unpacked pex's bootstrap and the runner there
+    under bob's uid, his job would have rewritten that code, and alice's runner would have run it
+    with her run token and secrets. The job's PEX_ROOT is its command's; the runner's is the
+    executor's."""
+    shared = pathlib.Path(tempfile.mkdtemp(prefix="sf-shared-pex-", dir="/tmp"))
+    shared.chmod(0o1777)
+    try:
+        async with isolated_console() as c:
+            bob, alice = await user(c, "bob"), await user(c, "alice")
+            attack = await bob.submit_custom(PLANT.replace("SHARED", str(shared)), env={"PEX_ROOT": str(shared)})
+            done = await finish(bob, attack.job_id)
+            assert done.state == st.JOB_STATE_SUCCEEDED, await bob.logs(attack.job_id)
+            report = read_json(out_dir(c, attack.job_id) / "attack.json")
+            assert report["found"] == [] and report["planted"] == [], report  # no runner code there
+            assert report["pex_root"] == str(shared), report  # and the job's command has its PEX_ROOT
+
+            victim = await alice.submit_custom(
+                VICTIM + 'echo "$PEX_ROOT" > "$FORGE_OUT_DIR/pex_root"\n', env={"PEX_ROOT": str(shared)}
+            )
+            done = await finish(alice, victim.job_id)
+            assert done.state == st.JOB_STATE_SUCCEEDED, await alice.logs(victim.job_id)
+            out = out_dir(c, victim.job_id)
+            assert (out / "pex_root").read_text().strip() == str(shared)
+            venv = (out / "venvs").read_text().strip()
+            assert pathlib.Path(venv).is_relative_to(state_dir(c) / "pex-shared" / "venvs"), venv
+            runner = (out / "runner").read_text().split()
+            assert runner == [f"{venv}/bin/python", "-I", f"{venv}/pex"], runner
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

@@ -60,3 +60,18 @@ def test_the_runner_makes_itself_non_dumpable() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "0"]
+
+
+def test_the_jobs_pex_root_is_its_commands_and_the_runner_keeps_the_executors() -> None:
+    """runner.pex runs code from under PEX_ROOT, so a PEX_ROOT the job chose (shared with other
+    tenants' jobs) is never the runner's: it travels to the command as FORGE_JOB_ENV_PEX_ROOT."""
+    paths = CapsulePaths("/c", "/w", "/o", "/s", "/s/datasets")
+    asked = lr.LaunchRequest(
+        attempt_id="j1.1", job_id="j1", env={"PEX_ROOT": "/tmp/pex", "FORGE_JOB_ENV_PEX_ROOT": "/x"}
+    )
+    env = capsule_env(asked, paths, stop_grace_seconds=5)
+    assert (env["PEX_ROOT"], env["FORGE_JOB_ENV_PEX_ROOT"]) == ("/s/.pex", "/tmp/pex")
+    env = capsule_env(asked, paths, stop_grace_seconds=5, extra={"PEX_ROOT": "/node/pex"})
+    assert (env["PEX_ROOT"], env["FORGE_JOB_ENV_PEX_ROOT"]) == ("/node/pex", "/tmp/pex")
+    env = capsule_env(request(), paths, stop_grace_seconds=5)
+    assert env["PEX_ROOT"] == "/s/.pex" and "FORGE_JOB_ENV_PEX_ROOT" not in env

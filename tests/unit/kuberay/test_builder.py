@@ -190,6 +190,18 @@ def test_forge_variables_win_over_request_env() -> None:
     assert env_of(head(m)["template"]["spec"]["containers"][0])["FORGE_OUT_DIR"] == "/forge/out"
 
 
+def test_the_jobs_pex_root_is_its_commands_and_the_runner_keeps_the_scratch_one() -> None:
+    """A PEX_ROOT the job chose would hold the code its runner runs (executor_svc/capsule_env.py)."""
+    env = env_of(
+        head(builder.build(request(env={"PEX_ROOT": "/tmp/pex"}), config()).manifest)["template"]["spec"]["containers"][
+            0
+        ]
+    )
+    assert (env["PEX_ROOT"], env["FORGE_JOB_ENV_PEX_ROOT"]) == ("/forge/scratch/.pex", "/tmp/pex")
+    env = env_of(head(builder.build(request(), config()).manifest)["template"]["spec"]["containers"][0])
+    assert env["PEX_ROOT"] == "/forge/scratch/.pex" and "FORGE_JOB_ENV_PEX_ROOT" not in env
+
+
 def test_without_out_claim_out_dir_is_an_empty_dir() -> None:
     built = builder.build(request(), config(out_volume_claim=""))
     pod = head(built.manifest)["template"]["spec"]
