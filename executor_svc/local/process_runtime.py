@@ -56,6 +56,11 @@ WRAPPER = (
     'echo "$rc" > "$r/exit_code.tmp" && mv "$r/exit_code.tmp" "$r/exit_code"'
 )
 KILL_WAIT_SECONDS = 5.0
+# Stop waits this much past the grace before SIGKILL of the attempt's group. The runner stops its
+# command (a session of its own, capsule/runner/process.py) within the same grace, SIGKILL after
+# it; killing the runner first would orphan a command that ignores SIGTERM, and without a job uid
+# (kill_uid) nothing else would end it.
+STOP_MARGIN_SECONDS = 2.0
 POLL_SECONDS = 0.05
 
 
@@ -288,7 +293,7 @@ class ProcessRuntime(Runtime):
         if not self._running(record):
             return
         self._signal(record, signal.SIGTERM)
-        if not await self._wait_gone(record, grace_seconds):
+        if not await self._wait_gone(record, grace_seconds + STOP_MARGIN_SECONDS):
             self._signal(record, signal.SIGKILL)
             await self._wait_gone(record, KILL_WAIT_SECONDS)
         if record.job_uid > 0:  # what left the process group (setsid, double fork)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -293,6 +294,63 @@ def start_executor_process(
     return proc, json.loads(ready.read_text())["address"]
 
 
+def end_leftover_attempts(state_dir: pathlib.Path, grace: float = 5.0) -> int:
+    """End the process-runtime attempts a stopped test executor left running; how many.
+
+    An attempt runs in a session of its own so that it outlives an executor restart, so a test that
+    ends before its job does would leave the job behind (a runner draining towards a console that
+    is gone). Only ours, as the executor's Stop does it: SIGTERM to the wrapper's group while its
+    pid is still the process the executor started (the record's start time), so the runner stops
+    its command; SIGKILL to what is left after `grace`, and to the processes of that attempt
+    (FORGE_ATTEMPT_ID in their environment: the command runs in a session of its own); with a job
+    uid of this console's range, every process of that uid."""
+    from executor_svc.local.job_users import kill_uid
+    from executor_svc.local.process_runtime import group_alive, start_ticks
+
+    live: dict[str, int] = {}
+    uids: list[int] = []
+    for path in (state_dir / "attempts").glob("*/attempt.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if (path.parent / "exit_code").exists() or record.get("runtime") != "process":
+            continue
+        pid, started = int(record.get("pid") or 0), int(record.get("pid_start") or 0)
+        if pid > 0 and started and start_ticks(pid) == started:
+            live[str(record["attempt_id"])] = pid
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+        if int(record.get("job_uid", -1)) > 0:
+            uids.append(int(record["job_uid"]))
+    deadline = time.monotonic() + grace
+    while any(group_alive(pid) for pid in live.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in live.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    ended = len(live) + sum(_kill_attempt_processes(attempt) for attempt in live)
+    return ended + sum(kill_uid(uid) for uid in uids)
+
+
+def _kill_attempt_processes(attempt_id: str) -> int:
+    """SIGKILL the processes whose environment names `attempt_id` (FORGE_ATTEMPT_ID)."""
+    marker = f"\0FORGE_ATTEMPT_ID={attempt_id}\0".encode()
+    killed = 0
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = b"\0" + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
 @contextlib.asynccontextmanager
 async def console(
     root: pathlib.Path,
@@ -352,3 +410,4 @@ async def console(
             await channel.close(None)
             await app.stop(0)
             embedded.stop_process(proc)
+            end_leftover_attempts(root / "executor")

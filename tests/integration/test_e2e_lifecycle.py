@@ -68,6 +68,32 @@ async def test_stop_ends_stopped_and_kills_every_process(tmp_path: pathlib.Path)
         assert _session_members(pid) == [], "no process of the stopped job may survive"
 
 
+IGNORES_TERM = "#!/usr/bin/env bash\ntrap '' TERM\necho $$ > \"$FORGE_OUT_DIR/pid\"\necho ready\nexec sleep 600\n"
+
+
+async def test_stop_kills_a_command_that_ignores_sigterm(tmp_path: pathlib.Path) -> None:
+    """The command runs in a session of its own (the runner's); SIGTERM is ignored, so the runner's
+    SIGKILL after the grace is what ends it, and the executor must not kill the runner first."""
+    async with console(tmp_path) as c:
+        job = await c.submit_custom(IGNORES_TERM)
+        await c.wait(job.job_id, st.JOB_STATE_RUNNING, timeout=30)
+        deadline = time.monotonic() + 60
+        while not any("ready" in ln for ln in await c.logs(job.job_id)):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        pid = int((c.root / "executor" / "out" / job.job_id / "pid").read_text())
+        assert _session_members(pid) == [pid]
+        from starforge_api.control.v1 import control_service_pb2 as ctl
+
+        await c.jobs.StopJob(ctl.StopJobRequest(job_id=job.job_id), metadata=c.md)
+        stopped = await c.wait(job.job_id, st.JOB_STATE_STOPPED, st.JOB_STATE_FAILED, timeout=60)
+        assert stopped.state == st.JOB_STATE_STOPPED
+        deadline = time.monotonic() + 10
+        while _session_members(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert _session_members(pid) == [], "the command outlived its stopped job"
+
+
 async def test_exit_code_3_fails_with_the_code(tmp_path: pathlib.Path) -> None:
     async with console(tmp_path) as c:
         job = await c.submit_custom("#!/usr/bin/env bash\necho about to fail >&2\nexit 3\n")
