@@ -13,8 +13,9 @@ Packs, like loose blobs, are never rewritten nor deleted, so a copy of the folde
 
 Reading: every process keeps the indexes in memory (about 150 bytes per packed blob) and reads
 the folder again when it is asked about a digest it does not know and the folder changed since it
-last read it (or changed within the last RESCAN_MARGIN_NS, for file systems with coarse times), so
-a blob another replica has just packed is found at once.
+last read it (or that reading came within RESCAN_MARGIN_NS of the folder's last change, which a
+file system with coarse times could hide), so a blob another replica has just packed is found at
+once.
 
 Index file: MAGIC, then per blob `<32s Q I` (raw sha256, offset, size), little-endian.
 """
@@ -66,6 +67,7 @@ class PackIndex:
         self._loaded: set[str] = set()
         self._where: dict[bytes, int] = {}
         self._seen_mtime_ns: int | None = None
+        self._listed_at_ns = 0
         self._lock = threading.Lock()
 
     @property
@@ -92,10 +94,12 @@ class PackIndex:
         except FileNotFoundError:
             return
         with self._lock:
-            recent = time.time_ns() - mtime_ns < RESCAN_MARGIN_NS
-            if mtime_ns == self._seen_mtime_ns and not recent:
+            # Unchanged since a listing made well after its last change: nothing new. A listing
+            # made within the margin of it may have missed an index renamed in the same tick of a
+            # coarse clock, so that case lists again.
+            if mtime_ns == self._seen_mtime_ns and self._listed_at_ns - mtime_ns >= RESCAN_MARGIN_NS:
                 return
-            self._seen_mtime_ns = mtime_ns  # before listing: a change while listing is seen next time
+            self._seen_mtime_ns, self._listed_at_ns = mtime_ns, time.time_ns()
             for entry in os.listdir(self.folder):
                 if entry.endswith(".idx") and entry[:-4] not in self._loaded:
                     self._load(entry[:-4])

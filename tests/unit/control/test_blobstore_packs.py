@@ -12,7 +12,7 @@ import time
 import pytest
 
 from common import errors
-from control.blobpacks import PACK_MAX_BLOB, PACK_MIN_BLOBS, STALE_PACK_SECONDS
+from control.blobpacks import PACK_MAX_BLOB, PACK_MIN_BLOBS, RESCAN_MARGIN_NS, STALE_PACK_SECONDS
 from control.blobstore import STALE_TMP_SECONDS, BlobStore
 
 Blobs = list[tuple[str, bytes]]
@@ -164,3 +164,31 @@ def test_an_unreadable_index_is_skipped_and_the_other_packs_served(
     assert all(again.read_bytes(d) == data for d, data in kept)
     with pytest.raises(errors.NotFound):
         again.size(hashlib.sha256(b"nowhere").hexdigest())
+
+
+def test_a_pack_published_in_the_same_tick_of_a_coarse_clock_is_still_found(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reader = BlobStore(tmp_path), BlobStore(tmp_path)
+    folder = tmp_path / "packs"
+    tick = time.time_ns()
+    os.utime(folder, ns=(tick, tick))
+    reader.packs.refresh()  # a listing within the margin of the folder's last change
+    same_tick = _blobs(PACK_MIN_BLOBS, "same tick")
+    writer.put_many(same_tick)
+    os.utime(folder, ns=(tick, tick))  # the folder's time did not move (a coarse clock)
+    assert reader.missing([d for d, _ in same_tick]) == []
+    # a listing made long after the folder's last change is not repeated while nothing changes
+    old = tick - 10 * RESCAN_MARGIN_NS
+    os.utime(folder, ns=(old, old))
+    reader.packs.refresh()
+    listings: list[str] = []
+    real = os.listdir
+
+    def listdir(path: str) -> list[str]:
+        listings.append(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    assert reader.missing([hashlib.sha256(b"absent").hexdigest()]) != []
+    assert listings == []
