@@ -11,7 +11,8 @@
   RAY_JOB_STOP_WAIT_TIME_S carry the SIGTERM -> SIGKILL grace: a CR deletion has no grace of its own.
 - cleanup: delete a RayJob that no longer runs (and its Secret). Refused while it runs.
 - Attempts this instance stopped or cleaned up keep their last observation in memory, so observe
-  keeps answering STOPPED (or the final state) for them instead of "not found" until a restart.
+  keeps answering STOPPED (or the final state) for them instead of "not found" until a restart,
+  and the same while their RayJob is still being deleted (however far the watch has got).
 """
 
 from __future__ import annotations
@@ -245,8 +246,11 @@ class KubeRayExecutor(Executor):
 
     async def _observe(self, attempt_id: str) -> Observation:
         obj = await self._get(attempt_id)
-        if obj is None:
-            return self._ended.get(attempt_id) or Observation.missing(attempt_id)
+        ended = self._ended.get(attempt_id)
+        # A RayJob this instance deleted is on its way out: what it remembered is the answer, the
+        # same whether the watch has seen the deletion end yet or still holds the deleting object.
+        if obj is None or (ended is not None and _deleting(obj)):
+            return ended or Observation.missing(attempt_id)
         await self._learn_digest(attempt_id, obj)
         return self._observation(obj)
 

@@ -191,6 +191,12 @@ async def test_cleanup_refuses_a_running_attempt_then_deletes_it(executor: KubeR
     operator.status(name, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
     await wait_state(executor, req.attempt_id, st.JOB_STATE_SUCCEEDED)
     assert await executor.cleanup(req.attempt_id) == 1
+    # still being deleted (the garbage collector has not run): observe answers what it remembered
+    (obs,) = await executor.observe([req.attempt_id])
+    assert (obs.state, obs.message) == (
+        st.JOB_STATE_SUCCEEDED,
+        "jobDeploymentStatus=Complete jobStatus=SUCCEEDED (cleaned up)",
+    )
     operator.collect_garbage(name)
     for _ in range(100):
         if operator.get(name) is None:
