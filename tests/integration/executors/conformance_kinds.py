@@ -54,9 +54,15 @@ from tests.unit.kuberay.requests import config as kuberay_config
 from tests.unit.kuberay.requests import pool as kuberay_pool
 from tests.unit.kuberay.requests import request as kuberay_request
 
-# The capsule every running kind runs: it marks its start in FORGE_OUT_DIR (so a second start
-# would show), writes a checkpoint, then runs until the test releases it.
-START = 'echo "$FORGE_ATTEMPT_ID" >> "$FORGE_OUT_DIR/starts"\necho kept > "$FORGE_OUT_DIR/checkpoint"\n'
+# The capsule every running kind runs: it notes whether a checkpoint was there already (an earlier
+# attempt's), writes its own (whole, by rename: a test reads it as soon as the start is marked),
+# then marks its start in FORGE_OUT_DIR (so a second start would show) and runs until the test
+# releases it.
+START = (
+    '[ -e "$FORGE_OUT_DIR/checkpoint" ] && echo "$FORGE_ATTEMPT_ID" >> "$FORGE_OUT_DIR/found"\n'
+    'echo kept > "$FORGE_OUT_DIR/checkpoint.tmp" && mv "$FORGE_OUT_DIR/checkpoint.tmp" "$FORGE_OUT_DIR/checkpoint"\n'
+    'echo "$FORGE_ATTEMPT_ID" >> "$FORGE_OUT_DIR/starts"\n'
+)
 UNTIL_RELEASED = 'while [ ! -e "$FORGE_OUT_DIR/release" ]; do sleep 0.2; done\n'
 RUN_TIMEOUT = 180.0  # a Slurm job or a container on a busy 2-core machine
 

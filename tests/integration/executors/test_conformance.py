@@ -145,6 +145,7 @@ async def test_cleanup_never_touches_the_out_dir(kind: KindHarness) -> None:
         assert kind.operator.names() == []
         return
     assert out.joinpath("checkpoint").read_text() == "kept\n"
+    assert not out.joinpath("found").exists()
     assert out.joinpath("starts").read_text().split() == [req.attempt_id]
 
 
@@ -223,6 +224,7 @@ async def test_capabilities_are_honest(kind: KindHarness) -> None:
     out = kind.out_dir(second, relaunched.out_dir)
     assert out is not None and out == kind.out_dir(first, launched.out_dir)
     assert out.joinpath("checkpoint").read_text() == "kept\n"
+    assert out.joinpath("found").read_text().split() == [second.attempt_id]  # the first one's, found
     assert out.joinpath("starts").read_text().split() == [first.attempt_id, second.attempt_id]
 
 
