@@ -131,8 +131,8 @@ class PackIndex:
             entries.append((bytes.fromhex(digest), offset, len(data)))
             offset += len(data)
         try:
-            _write_synced(pack, b"".join(data for _, data in blobs))
-            _write_synced(index, MAGIC + b"".join(ENTRY.pack(*e) for e in entries))
+            write_file(pack, b"".join(data for _, data in blobs), exclusive=True, sync=True)
+            write_file(index, MAGIC + b"".join(ENTRY.pack(*e) for e in entries), exclusive=True, sync=True)
             os.rename(index, f"{self.folder}/{name}.idx")
         except BaseException:
             for leftover in (pack, index):
@@ -165,13 +165,17 @@ class PackIndex:
             self._where[raw] = base | (offset << _OFFSET_SHIFT) | size
 
 
-def _write_synced(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+def write_file(path: str, data: bytes, *, exclusive: bool = False, sync: bool = False) -> None:
+    """Write `data` to the file `path`, created (`exclusive`: it must not exist, else truncated);
+    fsynced when `sync` (otherwise the caller's barrier makes it durable)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags, 0o666)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

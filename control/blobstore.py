@@ -30,7 +30,7 @@ from typing import BinaryIO
 from common import errors
 from common.hashing import MAX_BLOB_BYTES, is_digest
 from control.blobpacks import FOLDER as PACKS_FOLDER
-from control.blobpacks import PACK_MAX_BLOB, PACK_MIN_BLOBS, PackIndex
+from control.blobpacks import PACK_MAX_BLOB, PACK_MIN_BLOBS, PackIndex, write_file
 
 READ_CHUNK = 1 << 20
 # A temporary file older than this is a leftover of a crash (an upload in progress writes to its file
@@ -203,7 +203,7 @@ class BlobStore:
         try:
             for digest, data in blobs:
                 tmp = f"{root}/tmp/{digest}.{tag}"
-                _write_new(tmp, data)
+                write_file(tmp, data)  # no fsync: the batch's syncfs makes it durable
                 staged.append((tmp, f"{root}/{digest[:2]}/{digest}"))
             if staged:
                 self._publish(staged)
@@ -294,17 +294,6 @@ class BlobStore:
                 self.stats.bytes_written += nbytes
             else:
                 self.stats.blobs_already_present += 1
-
-
-def _write_new(path: str, data: bytes) -> None:
-    """Write `data` to a new file at `path` (no fsync: the caller's barrier makes it durable)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 class BlobWriter:
