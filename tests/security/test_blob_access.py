@@ -19,12 +19,14 @@ import urllib.request
 from collections.abc import AsyncIterator
 
 import grpc
+import pytest
 from starforge_api.control.v1 import blob_service_pb2 as blob
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_spec_pb2, workspace_pb2
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from common.channel import bearer
+from control.blobpacks import PACK_MIN_BLOBS
 from tests.integration.console import Console, console
 from tests.security.identity_support import new_user, refused
 
@@ -65,15 +67,19 @@ async def submit(c: Console, lab: pathlib.Path) -> dict[str, object]:
     return doc
 
 
-async def test_another_users_blob_cannot_be_read_or_probed(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["loose", "packed"])
+async def test_another_users_blob_cannot_be_read_or_probed(tmp_path: pathlib.Path, packed: bool) -> None:
+    """`packed`: alice's lab has enough small files that the console stores them in one pack."""
     async with console(tmp_path, http_listen="127.0.0.1:0") as c:
         alice_token, mallory = await new_user(c, "alice"), await new_user(c, "mallory")
         alice = dataclasses.replace(c, token=alice_token)
         secret = f"alice's private data {secrets.token_hex(16)}\n"
         digest = hashlib.sha256(secret.encode()).hexdigest()
         unknown = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
-        lab = await alice.lab("exp", TRAIN, files={"data/secret.txt": secret})
+        filler = {f"data/part-{i}.txt": f"part {i}\n" for i in range(PACK_MIN_BLOBS if packed else 0)}
+        lab = await alice.lab("exp", TRAIN, files={"data/secret.txt": secret, **filler})
         first = await submit(alice, lab)
+        assert (c.app.ctx.store.packs.find(digest) is not None) == packed
         upload = first["upload"]
         assert isinstance(upload, dict) and upload["bytes_uploaded"] > 0
         job = first["job"]
