@@ -6,6 +6,9 @@ ticks spread over the interval, as the row's reporter spreads them); the line's 
 serialized once and handed to every stream following that run (a follower that fell behind gets the
 newest line only). A new stream gets the run's latest line at once, like `tail_lines=1`.
 
+It runs with the garbage collector's serving settings, as every StarForge server does
+(`common.gc_tuning`), so that the floor stays a floor.
+
 What it costs is what Python gRPC alone costs to hold the row's streams and send each one a
 message a second, with the same follower processes on the same cores: a console cannot do better.
 
@@ -29,6 +32,7 @@ from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import telemetry_pb2
 
 from bench.common import floor_server
+from common.gc_tuning import tune_for_serving
 
 SERVICE = "starforge.control.v1.ControlService"
 
@@ -73,6 +77,7 @@ async def _serve(ready: pathlib.Path, runs: int, interval: float) -> None:
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
+    tune_for_serving()
     tickers = [asyncio.ensure_future(ticker(i, r)) for i, r in enumerate(table.values())]
     await asyncio.to_thread(ready.write_text, str(port))
     try:

@@ -20,6 +20,7 @@ from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from common.channel import MAX_MESSAGE_BYTES
+from common.gc_tuning import tune_for_serving
 from common.reflection import enable_reflection
 from common.rpc_status import ErrorInterceptor
 
@@ -114,7 +115,11 @@ async def serve_until_signal(
     grace: float = 5.0,
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Run `server` until SIGTERM or SIGINT, then report NOT_SERVING and stop with a grace period."""
+    """Run `server` until SIGTERM or SIGINT, then report NOT_SERVING and stop with a grace period.
+
+    The process is a server from here on: the garbage collector gets its serving settings
+    (`common.gc_tuning`) first."""
+    tune_for_serving()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

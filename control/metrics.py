@@ -7,6 +7,7 @@ few seconds, so a scrape storm costs one query).
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -74,6 +76,28 @@ LAUNCH_FAILURES = Counter(
     ["fleet", "kind"],
     registry=REGISTRY,
 )
+
+
+class GcSettingsCollector(Collector):
+    """The garbage collector's settings in effect (`common.gc_tuning`), beside prometheus_client's
+    `python_gc_*` counters of collections: what an operator reads to see why the event loop paused."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        thresholds = GaugeMetricFamily(
+            "starforge_gc_threshold", "The garbage collector's threshold per generation", labels=["generation"]
+        )
+        for generation, value in enumerate(gc.get_threshold()):
+            thresholds.add_metric([str(generation)], value)
+        yield thresholds
+        yield GaugeMetricFamily(
+            "starforge_gc_frozen_objects",
+            "Objects gc.freeze() moved out of every collection's walk when the process started serving",
+            value=gc.get_freeze_count(),
+        )
+
+
+GCCollector(registry=REGISTRY)
+REGISTRY.register(GcSettingsCollector())
 
 
 class LedgerCollector(Collector):
