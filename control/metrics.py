@@ -15,7 +15,7 @@ from collections import Counter as Tally
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
@@ -78,11 +78,37 @@ LAUNCH_FAILURES = Counter(
 )
 
 
-class GcSettingsCollector(Collector):
-    """The garbage collector's settings in effect (`common.gc_tuning`), beside prometheus_client's
-    `python_gc_*` counters of collections: what an operator reads to see why the event loop paused."""
+class GcPauses:
+    """The time each generation's collections held the process, from `gc.callbacks`.
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    Plain numbers, no lock: a callback runs with the GIL held, collections never nest, and a
+    lock here could be the one the collecting thread already holds (a collection starts at any
+    allocation), which would deadlock it."""
+
+    def __init__(self) -> None:
+        self.total = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        g = info["generation"]
+        self.total[g] += took
+        self.longest[g] = max(self.longest[g], took)
+
+
+class GcCollector(Collector):
+    """The garbage collector's settings in effect (`common.gc_tuning`) and its pauses, beside
+    prometheus_client's `python_gc_*` counts of collections: what an operator reads to see why
+    the event loop stood still."""
+
+    def __init__(self, pauses: GcPauses) -> None:
+        self.pauses = pauses
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         thresholds = GaugeMetricFamily(
             "starforge_gc_threshold", "The garbage collector's threshold per generation", labels=["generation"]
         )
@@ -94,10 +120,23 @@ class GcSettingsCollector(Collector):
             "Objects gc.freeze() moved out of every collection's walk when the process started serving",
             value=gc.get_freeze_count(),
         )
+        total = CounterMetricFamily(
+            "starforge_gc_pause_seconds", "Time the process spent in collections, per generation", labels=["generation"]
+        )
+        longest = GaugeMetricFamily(
+            "starforge_gc_pause_max_seconds", "The longest single collection, per generation", labels=["generation"]
+        )
+        for generation in range(3):
+            total.add_metric([str(generation)], self.pauses.total[generation])
+            longest.add_metric([str(generation)], self.pauses.longest[generation])
+        yield total
+        yield longest
 
 
+GC_PAUSES = GcPauses()
+gc.callbacks.append(GC_PAUSES)
 GCCollector(registry=REGISTRY)
-REGISTRY.register(GcSettingsCollector())
+REGISTRY.register(GcCollector(GC_PAUSES))
 
 
 class LedgerCollector(Collector):

@@ -1,5 +1,6 @@
 """A real `starforge-control` process serves with the garbage collector's serving settings
-(`common.gc_tuning`): its /metrics reports the thresholds in effect and the frozen start-up."""
+(`common.gc_tuning`): its /metrics reports the thresholds in effect, the frozen start-up and the
+collections' pauses."""
 
 from __future__ import annotations
 
@@ -79,4 +80,7 @@ def test_the_control_process_serves_with_the_serving_gc_settings(tmp_path: pathl
     thresholds = tuple(int(samples[f'starforge_gc_threshold{{generation="{g}"}}']) for g in range(3))
     assert thresholds == SERVING_THRESHOLDS
     assert samples["starforge_gc_frozen_objects"] > 10_000  # the modules and everything start-up built
-    assert 'python_gc_collections_total{generation="2"}' in samples
+    assert samples['python_gc_collections_total{generation="2"}'] >= 1
+    # tune_for_serving's own full collection, timed by the pause callback
+    assert samples['starforge_gc_pause_seconds_total{generation="2"}'] > 0
+    assert 0 < samples['starforge_gc_pause_max_seconds{generation="2"}'] < 60
