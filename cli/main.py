@@ -28,6 +28,9 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Console-script entry point (`sf`): the fast path when it applies, else the full tree."""
+    from common.gc_tuning import tune_for_command
+
+    tune_for_command()  # before the imports, whose allocations are most of what a command makes
     from cli import fastpath
 
     code = fastpath.run(sys.argv[1:])

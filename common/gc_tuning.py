@@ -20,6 +20,11 @@ cancelled by gRPC while the loop stood still, and some never connected.
   middle one after 2.5 million and a full one after 250 million (and CPython's own rule still
   holds: a full collection also waits until the survivors grew by a quarter).
 
+`tune_for_command()` is the same thresholds for `sf` (first thing in `cli.main.main`), without
+the collection and the freeze: a command starts small, and its imports alone (grpc, protobuf, the
+generated messages) made CPython's defaults run about 50 collections, some 8 ms of a command that
+takes 80-120 ms. A long `sf job logs -f` allocates per line what reference counting frees.
+
 Reference cycles are still collected, only later: a young collection still frees the cycles it
 finds, and garbage that got old waits for the next collection of its generation. What StarForge
 allocates per message dies by reference counting, and the servers' memory is bounded by the
@@ -33,6 +38,11 @@ import gc
 
 # (young, middle, old): see the module docstring for why these and what they were measured against.
 SERVING_THRESHOLDS = (50_000, 50, 100)
+
+
+def tune_for_command() -> None:
+    """SERVING_THRESHOLDS for a command-line process; call first, before its imports."""
+    gc.set_threshold(*SERVING_THRESHOLDS)
 
 
 def tune_for_serving() -> None:

@@ -1,5 +1,6 @@
-"""`common.gc_tuning.tune_for_serving`: the serving thresholds, start-up's objects frozen, its
-garbage freed first. Run in a child interpreter, so this test process keeps CPython's defaults."""
+"""`common.gc_tuning`: a server's thresholds, start-up's objects frozen, its garbage freed first;
+`sf`'s command with the same thresholds. Run in child interpreters, so this test process keeps
+CPython's defaults."""
 
 from __future__ import annotations
 
@@ -32,3 +33,27 @@ def test_serving_settings_replace_the_defaults_and_freeze_what_start_up_built() 
     assert tuple(got["threshold"]) == SERVING_THRESHOLDS
     assert got["frozen"] > 1000  # the modules' objects, at least
     assert got["left"] is False  # start-up's garbage was collected, not frozen
+
+
+SF_PROBE = """
+import gc, json, sys
+from cli import fastpath, main
+seen = {}
+def run(argv):
+    seen["threshold"] = gc.get_threshold()
+    seen["frozen"] = gc.get_freeze_count()
+    return 0
+def exit_now(code):
+    print(json.dumps(seen))
+    sys.exit(code)
+fastpath.run = run
+main.exit_now = exit_now
+main.main()
+"""
+
+
+def test_sf_runs_its_command_with_the_thresholds_and_nothing_frozen() -> None:
+    out = subprocess.run([sys.executable, "-c", SF_PROBE], cwd=REPO, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    assert tuple(got["threshold"]) == SERVING_THRESHOLDS
+    assert got["frozen"] == 0  # a command neither collects nor freezes at start
