@@ -76,7 +76,11 @@ def test_the_control_process_serves_with_the_serving_gc_settings(tmp_path: pathl
             samples = _scrape(f"http://{http}/metrics", proc, log)
     finally:
         proc.terminate()
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
     thresholds = tuple(int(samples[f'starforge_gc_threshold{{generation="{g}"}}']) for g in range(3))
     assert thresholds == SERVING_THRESHOLDS
     assert samples["starforge_gc_frozen_objects"] > 10_000  # the modules and everything start-up built

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 
@@ -18,6 +17,7 @@ from starforge_api.job.v1 import job_state_pb2 as st
 from control.app import start_control
 from control.telemetry import metrics
 from tests.integration.console import console
+from tests.reliability.harness import free_port
 
 STEPS = 120
 TRAIN = f"""#!/usr/bin/env bash
@@ -31,14 +31,8 @@ PY
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_console_restart_loses_and_duplicates_nothing(tmp_path: pathlib.Path) -> None:
-    listen = f"127.0.0.1:{_free_port()}"
+    listen = f"127.0.0.1:{free_port()}"
     async with console(tmp_path, listen=listen) as c:
         job = await c.submit_custom(TRAIN)
         await c.wait(job.job_id, st.JOB_STATE_RUNNING, timeout=30)
