@@ -1,4 +1,4 @@
-"""The garbage collector's settings for a long-running server process.
+"""The garbage collector's settings for StarForge's servers and for `sf`.
 
 CPython's defaults (thresholds 700, 10, 10) suit short programs. A console that holds thousands
 of open streams keeps millions of live objects (each call's state, its coroutines, buffers), and
