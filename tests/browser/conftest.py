@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pathlib
 import re
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -26,12 +25,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,11 @@ import pytest
 from playwright.async_api import Page, expect
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from tests.browser.conftest import Shots, free_port
+from tests.browser.conftest import Shots
 from tests.browser.test_console import WAIT, sign_in
 from tests.integration.artifacts_support import FILES, WRITE_ARTIFACTS
 from tests.integration.console import console
+from tests.ports import free_port
 
 pytestmark = pytest.mark.browser
 

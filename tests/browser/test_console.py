@@ -17,8 +17,9 @@ from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from control.config import InventoryConfig
-from tests.browser.conftest import Shots, free_port
+from tests.browser.conftest import Shots
 from tests.integration.console import Console, console
+from tests.ports import free_port
 
 # Each test runs with the console's ledger on SQLite and on PostgreSQL.
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("ledger")]

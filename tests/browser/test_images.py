@@ -10,9 +10,10 @@ import pytest
 import yaml
 from playwright.async_api import Page, expect
 
-from tests.browser.conftest import Shots, free_port
+from tests.browser.conftest import Shots
 from tests.browser.test_console import WAIT, sign_in
 from tests.integration.console import console, git
+from tests.ports import free_port
 
 pytestmark = pytest.mark.browser
 

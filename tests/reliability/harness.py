@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import random
 import signal
 import socket
 import subprocess
@@ -38,27 +37,10 @@ from control.db import models as m
 from control.db.engine import Database
 from control.telemetry import metrics
 from tests.integration.console import EXECUTOR_TOKEN, Console, executor_yaml
+from tests.ports import free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
-
-
-def free_port() -> int:
-    """A free port on 127.0.0.1 below the kernel's ephemeral range, for a service these tests stop
-    and start again on the same port. A port from the ephemeral range (what binding port 0 gives)
-    can be taken while the service is down: by any process's outgoing connection, or by a client
-    of the service itself retrying towards it (Linux then connects the socket to itself), and the
-    restart fails with "Address already in use"."""
-    low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(10_000, low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port between 10000 and {low}")
 
 
 def wait_listening(port: int, proc: subprocess.Popen[bytes], log: pathlib.Path, timeout: float = 30.0) -> None:

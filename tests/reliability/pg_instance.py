@@ -20,7 +20,7 @@ import time
 
 import psycopg
 
-from tests.reliability.harness import free_port
+from tests.ports import free_port
 
 
 def _bin_dir() -> pathlib.Path:

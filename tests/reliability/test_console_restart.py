@@ -17,7 +17,7 @@ from starforge_api.job.v1 import job_state_pb2 as st
 from control.app import start_control
 from control.telemetry import metrics
 from tests.integration.console import console
-from tests.reliability.harness import free_port
+from tests.ports import free_port
 
 STEPS = 120
 TRAIN = f"""#!/usr/bin/env bash

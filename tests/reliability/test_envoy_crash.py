@@ -24,8 +24,9 @@ from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.integration.console import Console, console
+from tests.ports import free_port
 from tests.reliability import grpc_web
-from tests.reliability.harness import assert_reported_once, free_port, reporting_train, until
+from tests.reliability.harness import assert_reported_once, reporting_train, until
 
 STEPS = 80
 SERVICE = "starforge.control.v1.ControlService"

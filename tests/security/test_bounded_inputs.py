@@ -29,7 +29,7 @@ from common import errors
 from common.rpc_status import from_rpc_error
 from control.db import models as m
 from tests.integration.console import REPO, console
-from tests.reliability.harness import free_port
+from tests.ports import free_port
 from tests.security.limits_support import (
     control_process,
     rss_bytes,

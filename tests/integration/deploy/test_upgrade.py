@@ -43,11 +43,11 @@ from control.db import migrate
 from control.db.engine import Database
 from tests.db import create_pg_database, drop_pg_database
 from tests.integration.console import EXECUTOR_TOKEN, Console, executor_yaml
+from tests.ports import free_port
 from tests.reliability.harness import (
     assert_all_succeeded_once,
     assert_launched_once,
     assert_reported_once,
-    free_port,
     submit_many,
     terminal_events,
     terminate,
