@@ -5,7 +5,6 @@ collections' pauses."""
 from __future__ import annotations
 
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ import yaml
 from common.gc_tuning import SERVING_THRESHOLDS
 from control import embedded
 from tests.integration.console import REPO
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.ports import free_port
 
 
 def _scrape(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path) -> dict[str, float]:
@@ -44,12 +38,12 @@ def _scrape(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path) -> dict[
 
 
 def test_the_control_process_serves_with_the_serving_gc_settings(tmp_path: pathlib.Path) -> None:
-    http = f"127.0.0.1:{_free_port()}"
+    http = f"127.0.0.1:{free_port()}"
     config = tmp_path / "control.yaml"
     config.write_text(
         yaml.safe_dump(
             {
-                "listen": f"127.0.0.1:{_free_port()}",
+                "listen": f"127.0.0.1:{free_port()}",
                 "http_listen": http,
                 "state_dir": str(tmp_path / "state"),
                 "capsule_dir": str(embedded.ensure_capsule()),
