@@ -14,7 +14,6 @@ import dataclasses
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from tests.integration.console import (
     executor_yaml,
     start_executor_process,
 )
+from tests.ports import free_port
 
 JOBS = 40
 
@@ -85,13 +85,6 @@ async def test_two_replicas_never_dispatch_the_same_attempt_twice(tmp_path: path
             assert log.count(f"ran {a}") == 1
     finally:
         drop_pg_database(url)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _start_replica(

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 
 from cli import config as client_config
 from cli.commands import console as console_cmd
+from tests.ports import free_port
 
 SF = pathlib.Path(sys.executable).parent / "sf"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _sf(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,7 +30,7 @@ def test_down_without_flags_stops_the_console_the_client_config_names(tmp_path: 
     }
     env.pop("STARFORGE_CONSOLE", None)
     env.pop("STARFORGE_TOKEN", None)
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     up = _sf(env, "up", "--state-dir", str(state), "--listen", address, "--detach")
     assert up.returncode == 0, up.stderr
     pid = int((state / console_cmd.PID_FILE).read_text().strip())

@@ -21,7 +21,7 @@ import tempfile
 
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from tests.integration.forgelet.fleet import free_port
+from tests.ports import free_port
 from tests.security.isolation_support import (
     attempt_dir,
     finish,

@@ -23,7 +23,6 @@ import os
 import pathlib
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from tests.db import create_pg_database, drop_pg_database
 from tests.integration.backends.docker import DockerEngine
 from tests.integration.console import git
 from tests.integration.deploy.compose_support import compose_binary
+from tests.ports import free_port
 from tests.security.tls_support import make_pki
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -52,12 +52,6 @@ TAG = "test"
 ENVOY_IMAGE = "starforge-test-envoy:local"
 IMAGE_UID = 10001  # the images' user (deploy/images/*.Dockerfile)
 LINES = 40
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import tomllib
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from tests.ports import free_port
 from tools import build_dist
 
 pytestmark = pytest.mark.slow
@@ -163,16 +163,10 @@ def test_nothing_is_imported_from_the_checkout(installed: Installed) -> None:
     assert pathlib.Path(got["ui"]).is_relative_to(venv)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _sf_up(installed: Installed, state: pathlib.Path) -> Iterator[dict[str, object]]:
     sf = str(installed.bin / "sf")
-    listen = f"127.0.0.1:{_free_port()}"
+    listen = f"127.0.0.1:{free_port()}"
     up = installed.run(sf, "up", "--state-dir", str(state), "--listen", listen, "--detach")
     pid_file = state / "console.pid"
     try:

@@ -18,7 +18,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,15 +39,10 @@ from executor_svc.base import LABEL_ATTEMPT, LABEL_EXECUTOR
 from executor_svc.local.executor import executor_id
 from tests.integration.backends.docker import TEST_IMAGE, DockerEngine
 from tests.integration.console import REPO, Console, console
+from tests.ports import free_port
 
 FORGELET_TOKEN = "forgelet-test-token-0123456789"
 FLEET = "agent"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
