@@ -18,15 +18,18 @@ import pathlib
 import statistics
 import subprocess
 import sys
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 WORK = REPO / "build" / "bench-ab"
 
-# row -> (module, the figure to compare: higher is better)
+# row -> (module, the figure to compare (a dotted path into the result), whether higher is better)
 ROWS = {
-    "admission": ("bench.admission", "per_s"),
-    "ingest": ("bench.ingest", "per_s"),
-    "throughput": ("bench.throughput", "per_s"),  # STARFORGE_BENCH_E2E_JOBS=48 for a short run
+    "admission": ("bench.admission", "per_s", True),
+    "ingest": ("bench.ingest", "per_s", True),
+    "throughput": ("bench.throughput", "per_s", True),  # STARFORGE_BENCH_E2E_JOBS=48 for a short run
+    # the p99 line latency, seconds; STARFORGE_BENCH_FOLLOWERS=5000 for a shorter run
+    "followers": ("bench.followers", "latency.p99", False),
 }
 PROBE = """
 import json, sys
@@ -45,7 +48,15 @@ def base_tree(rev: str) -> pathlib.Path:
     return tree
 
 
-def measure(tree: pathlib.Path, module: str) -> dict[str, float]:
+def figure(result: dict[str, Any], key: str) -> float:
+    """The figure at `key`, a dotted path (`latency.p99`)."""
+    value: Any = result
+    for part in key.split("."):
+        value = value[part]
+    return float(value)
+
+
+def measure(tree: pathlib.Path, module: str) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "gen" / "python"), str(tree / "gen" / "pure")])
     proc = subprocess.run(
@@ -58,7 +69,7 @@ def measure(tree: pathlib.Path, module: str) -> dict[str, float]:
     )
     for line in proc.stdout.splitlines():
         if line.startswith("AB-RESULT "):
-            result: dict[str, float] = json.loads(line.removeprefix("AB-RESULT "))
+            result: dict[str, Any] = json.loads(line.removeprefix("AB-RESULT "))
             return result
     raise RuntimeError(f"{module} in {tree} printed no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
@@ -72,20 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     base = base_tree(args.base)
     failed = False
     for row in args.rows:
-        module, key = ROWS[row]
+        module, key, higher_is_better = ROWS[row]
         ours: list[float] = []
         theirs: list[float] = []
         for n in range(args.rounds):
             # alternate which side goes first, so a drifting machine favours neither
             order = [("base", base), ("this", REPO)] if n % 2 == 0 else [("this", REPO), ("base", base)]
             for side, tree in order:
-                value = float(measure(tree, module)[key])
+                value = figure(measure(tree, module), key)
                 (ours if side == "this" else theirs).append(value)
-                print(f"{row} round {n + 1} {side}: {value:,.1f} {key}", flush=True)
+                print(f"{row} round {n + 1} {side}: {value:,.3f} {key}", flush=True)
         ratio = statistics.median(ours) / statistics.median(theirs)
+        if not higher_is_better:  # a latency: the ratio is base / this, so that >= 1 still means no slower
+            ratio = 1 / ratio
         print(
-            f"{row}: this tree median {statistics.median(ours):,.1f}, base {args.base} median "
-            f"{statistics.median(theirs):,.1f}: ratio {ratio:.2f} (>= 1: no slower)",
+            f"{row}: this tree median {statistics.median(ours):,.3f}, base {args.base} median "
+            f"{statistics.median(theirs):,.3f}: ratio {ratio:.2f} (>= 1: no slower)",
             flush=True,
         )
         failed |= ratio < 0.9

@@ -155,7 +155,13 @@ class Database:
         Raises `errors.Unavailable` when PostgreSQL cannot be reached (down, restarting, the
         connection dropped): callers see UNAVAILABLE and retry; the pool reconnects by itself.
         """
-        return await asyncio.wrap_future(self._pool.submit(self.run_sync, fn, background=background))
+        return await asyncio.wrap_future(self.submit(fn, background=background))
+
+    def submit(self, fn: Callable[[Session], T], *, background: bool = False) -> concurrent.futures.Future[T]:
+        """`run` without the await: the worker thread's future, for a caller that settles its own
+        waiters from a done-callback (`control.db.group_commit`), one event-loop turn sooner than
+        an awaiting task. Raises RuntimeError once the database is closed."""
+        return self._pool.submit(self.run_sync, fn, background=background)
 
     def run_sync(self, fn: Callable[[Session], T]) -> T:
         """The same as `run`, for start-up code and tests outside the event loop."""

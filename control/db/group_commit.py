@@ -2,9 +2,9 @@
 
 A submission storm queues many small transactions behind SQLite's single writer thread; each
 paid the session set-up, BEGIN, the counter upsert and COMMIT on its own (profile of the admission
-benchmark). `GroupCommit.submit(item)` queues the item; one drainer at a time takes everything
-queued (up to `max_batch`) and applies it with `apply(session, items)` in one `Database.run`
-transaction, then answers each caller with its own result. While one batch runs the next one
+benchmark). `GroupCommit.submit(item)` queues the item; one batch at a time takes everything
+queued (up to `max_batch`) and applies it with `apply(session, items)` in one transaction on the
+database thread, then answers each caller with its own result. While one batch runs the next one
 gathers, so a lone caller waits no longer than before and a storm gets bigger batches.
 
 A batch that fails is applied again one item at a time, so one bad item fails only its own
@@ -16,6 +16,9 @@ up (cancelled) before its batch was taken is left out of it.
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -31,7 +34,13 @@ MAX_BATCH = 256
 
 
 class GroupCommit(Generic[I, R]):
-    """Applies queued items in batches, one transaction per batch (module docstring)."""
+    """Applies queued items in batches, one transaction per batch (module docstring).
+
+    No task drives it: `submit` hands a batch to the database thread at once when none is running,
+    and the thread's done-callback, on the event loop, answers the batch and hands over the next.
+    An awaiting drainer cost each batch two more turns of the event loop (its start, and its wake-up
+    before it could answer anyone); under load a turn is milliseconds (thousands of log followers'
+    messages), and a log line waits for its batch before a follower can see it."""
 
     def __init__(
         self,
@@ -49,30 +58,48 @@ class GroupCommit(Generic[I, R]):
         self.max_batch = max_batch
         self.weigh = weigh
         self.max_weight = max_weight
-        self._waiting: list[tuple[I, asyncio.Future[R]]] = []
-        self._drainer: asyncio.Future[None] | None = None
+        self._waiting: list[_Waiter[I, R]] = []
+        self._alone: collections.deque[_Waiter[I, R]] = collections.deque()  # a failed batch's items, again
+        self._running = False
 
-    async def submit(self, item: I) -> R:
-        """Apply `item` with the others waiting; its result once its batch has committed."""
-        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._waiting.append((item, fut))
-        if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.ensure_future(self._drain())
+    async def submit(self, item: I, then: Callable[[R], object] | None = None) -> R:
+        """Apply `item` with the others waiting; its result once its batch has committed.
+
+        `then(result)` runs on the event loop as soon as the batch has committed, before the
+        caller wakes (not for an error, nor for a caller that gave up): what must follow the
+        commit at once, such as waking the followers of what was stored."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[R] = loop.create_future()
+        self._waiting.append(_Waiter(item, fut, then))
+        if not self._running:
+            self._next(loop)
         return await fut
 
-    async def _drain(self) -> None:
-        try:
-            while self._waiting:
+    def _next(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand the next batch (a failed batch's items first, one at a time) to the database thread."""
+        while True:
+            if self._alone:
+                batch = [self._alone.popleft()]
+            else:
                 n = self._taken()
-                batch = [(item, fut) for item, fut in self._waiting[:n] if not fut.done()]
+                batch = self._waiting[:n]
                 del self._waiting[:n]
-                if batch:
-                    await self._apply(batch)
-        except BaseException as exc:  # the loop is closing: nobody may wait forever
-            for _, fut in self._waiting:
-                _settle(fut, exc)
-            self._waiting.clear()
-            raise
+            batch = [w for w in batch if not w.fut.done()]  # a caller that gave up is left out
+            if batch:
+                break
+            if not self._waiting and not self._alone:
+                self._running = False
+                return
+        items = [w.item for w in batch]
+        self._running = True
+        try:
+            done = self.db.submit(lambda s: self.apply(s, items))
+        except Exception as exc:  # the database is closed: nobody may wait forever
+            for w in batch:
+                _settle(w.fut, exc)
+            self._next(loop)
+            return
+        done.add_done_callback(lambda f: _on_loop(loop, self._answer, batch, f))
 
     def _taken(self) -> int:
         """How many of the waiting items the next batch takes (`max_batch`, `max_weight`)."""
@@ -80,35 +107,59 @@ class GroupCommit(Generic[I, R]):
         if self.weigh is None:
             return n
         total = 0
-        for i, (item, _) in enumerate(self._waiting[:n]):
-            total += self.weigh(item)
+        for i, w in enumerate(self._waiting[:n]):
+            total += self.weigh(w.item)
             if total > self.max_weight and i:
                 return i
         return n
 
-    async def _apply(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
-        items = [item for item, _ in batch]
+    def _answer(self, batch: list[_Waiter[I, R]], done: concurrent.futures.Future[list[R]]) -> None:
+        """On the event loop: answer the batch's callers, then hand over the next batch."""
         try:
-            results = await self.db.run(lambda s: self.apply(s, items))
-        except errors.Unavailable as exc:
-            # the database is down (or the commit's fate unknown): each caller retries, as before
-            for _, fut in batch:
-                _settle(fut, exc)
-            return
+            exc = done.exception()
+            if exc is None:
+                results = done.result()
+                if len(results) != len(batch):
+                    raise RuntimeError(f"a batch of {len(batch)} items was answered with {len(results)} results")
+                for w, result in zip(batch, results, strict=True):
+                    _answer_one(w, result)
+            elif isinstance(exc, errors.Unavailable) or len(batch) == 1 or not isinstance(exc, Exception):
+                # the database is down (or the commit's fate unknown): each caller retries, as before
+                for w in batch:
+                    _settle(w.fut, exc)
+            else:
+                self._alone.extendleft(reversed(batch))  # one bad item must fail only its own caller
         except Exception as exc:
-            if len(batch) == 1:
-                _settle(batch[0][1], exc)
-                return
-            for one in batch:  # one bad item must fail only its own caller
-                await self._apply([one])
+            for w in batch:
+                _settle(w.fut, exc)
+        finally:
+            self._next(asyncio.get_running_loop())
+
+
+def _answer_one(w: _Waiter[I, R], result: R) -> None:
+    if w.fut.done():  # the caller gave up meanwhile
+        return
+    if w.then is not None:
+        try:
+            w.then(result)
+        except Exception as exc:  # committed, but what must follow failed: the caller hears of it
+            w.fut.set_exception(exc)
             return
-        except BaseException as exc:
-            for _, fut in batch:
-                _settle(fut, exc)
-            raise
-        for (_, fut), result in zip(batch, results, strict=True):
-            if not fut.done():
-                fut.set_result(result)
+    w.fut.set_result(result)
+
+
+class _Waiter(Generic[I, R]):
+    __slots__ = ("fut", "item", "then")
+
+    def __init__(self, item: I, fut: asyncio.Future[R], then: Callable[[R], object] | None) -> None:
+        self.item, self.fut, self.then = item, fut, then
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> None:
+    """Call `fn(*args)` on `loop` from a worker thread; nothing once the loop is closed (its
+    waiters went with it)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
 
 
 def _settle(fut: asyncio.Future[R], exc: BaseException) -> None:

@@ -109,16 +109,35 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
         return ingest_group.store(s, batches, self.ctx.masks.for_ids, self.limits)
 
     async def _apply(self, attempt_id: str, records: list[pb.Record], scope_attempt_id: str) -> ingest.Applied:
-        """Store a batch: telemetry with the other streams' batches waiting (`ingest_group`), else
-        (or when the group hands it back) alone, in `_apply_alone`."""
+        """Store a batch and publish it (`_publish`): telemetry with the other streams' batches
+        waiting (`ingest_group`), else (or when the group hands it back) alone, in `_apply_alone`."""
         if not any(rec.WhichOneof("body") == "lifecycle" for rec in records):
             ingest.check_scope(attempt_id, scope_attempt_id)
-            done = await self.group.submit(ingest_group.Batch(attempt_id, records, scope_attempt_id))
+            done = await self.group.submit(ingest_group.Batch(attempt_id, records, scope_attempt_id), self._published)
             if isinstance(done, Exception):
                 raise done
             if done is not None:
                 return done
-        return await self._apply_alone(attempt_id, records, scope_attempt_id)
+        applied = await self._apply_alone(attempt_id, records, scope_attempt_id)
+        self._publish(applied)
+        return applied
+
+    def _published(self, result: ingest_group.Result) -> None:
+        """A group's batch, as soon as its commit is answered (`GroupCommit`'s `then`): one turn
+        of the event loop sooner than its stream's reader could publish it."""
+        if isinstance(result, ingest.Applied):
+            self._publish(result)
+
+    def _publish(self, applied: ingest.Applied) -> None:
+        """What follows a stored batch at once: its lines to the job's in-memory tail, its
+        followers and watchers woken, the records counted."""
+        for kind, n in applied.kinds.items():
+            metrics.INGEST_RECORDS.labels(kind).inc(n)
+        self._to_tails(applied)
+        if applied.logs_added:
+            self.ctx.notifier.notify(f"logs:{applied.job_id}")
+        if applied.transitions:
+            self.ctx.notifier.notify(applied.job_id, f"logs:{applied.job_id}", "schedule", "reconcile")
 
     async def _apply_alone(self, attempt_id: str, records: list[pb.Record], scope_attempt_id: str) -> ingest.Applied:
         """Store a batch in a transaction of its own; before a record that ends the attempt, read the
@@ -176,13 +195,6 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
                 raise errors.InvalidArgument(f"at most {MAX_RECORDS_PER_BATCH} records per batch")
             applied = await self._apply(st.attempt_id, list(batch.records), principal.attempt_id or "")
             st.job_id, st.acked = applied.job_id, applied.acked_seq
-            for kind, n in applied.kinds.items():
-                metrics.INGEST_RECORDS.labels(kind).inc(n)
-            self._to_tails(applied)
-            if applied.logs_added:
-                self.ctx.notifier.notify(f"logs:{applied.job_id}")
-            if applied.transitions:
-                self.ctx.notifier.notify(applied.job_id, f"logs:{applied.job_id}", "schedule", "reconcile")
             if applied.signal:
                 st.signalled = applied.signal
             await out.put(pb.ReportResponse(acked_seq=applied.acked_seq, signal=applied.signal))  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -19,6 +20,7 @@ from control.ledger import jobs
 from control.ledger import state_machine as sm
 from control.scheduler.dispatch import queue_position
 from tests import factories
+from tests.integration.ledger.held import behind_a_first, held_first
 
 
 def _columns(priority: int = 0, queue: str = "default") -> dict[str, object]:
@@ -103,21 +105,39 @@ def test_group_commit_answers_each_caller_and_a_bad_item_fails_alone(db: Databas
             raise errors.InvalidArgument(f"negative item in {list(items)}")
         return [i * 2 for i in items]
 
-    async def go() -> list[int | str]:
-        group = GroupCommit(db, apply)
+    gate, held = held_first(apply)
+    answers = asyncio.run(behind_a_first(GroupCommit(db, held), gate, 0, [1, 2, -3, 4, 5]))
+    assert answers[:2] == [2, 4] and answers[3:] == [8, 10]
+    assert isinstance(answers[2], errors.InvalidArgument) and answers[2].message == "negative item in [-3]"
+    assert batches == [1, 5, 1, 1, 1, 1, 1]  # the first alone; together; then (it failed) one at a time
 
-        async def one(i: int) -> int | str:
+
+def test_group_commit_runs_what_follows_the_commit_before_the_caller_wakes(db: Database) -> None:
+    """`then` sees each committed result, before its caller resumes; never an error's."""
+    seen: list[tuple[str, int]] = []
+
+    def apply(s: Session, items: Sequence[int]) -> list[int]:
+        if any(i < 0 for i in items):
+            raise errors.InvalidArgument("negative")
+        return list(items)
+
+    async def go() -> list[Any]:
+        group: GroupCommit[int, int] = GroupCommit(db, apply)
+
+        async def one(i: int) -> Any:
             try:
-                return await group.submit(i)
+                got = await group.submit(i, lambda r: seen.append(("then", r)))
             except errors.InvalidArgument as e:
                 return e.message
+            seen.append(("woke", got))
+            return got
 
-        return await asyncio.gather(*(one(i) for i in [1, 2, -3, 4, 5]))
+        return await asyncio.gather(*(one(i) for i in [1, -2, 3]))
 
-    answers = asyncio.run(go())
-    assert answers[:2] == [2, 4] and answers[3:] == [8, 10]
-    assert answers[2] == "negative item in [-3]"
-    assert batches == [5, 1, 1, 1, 1, 1]  # together, then (the batch failed) one at a time
+    assert asyncio.run(go()) == [1, "negative", 3]
+    for i in (1, 3):
+        assert seen.index(("then", i)) < seen.index(("woke", i))
+    assert ("then", -2) not in seen
 
 
 @pytest.mark.parametrize("n", [1, 7])
@@ -132,12 +152,11 @@ def test_group_commit_does_not_replay_a_batch_when_the_database_is_unavailable(d
 
     def apply(s: Session, items: Sequence[int]) -> list[int]:
         batches.append(len(items))
+        if items == [0]:
+            return [0]
         raise errors.Unavailable("the ledger database is unavailable; retry in a moment")
 
-    async def go() -> list[BaseException | int]:
-        group = GroupCommit(db, apply)
-        return await asyncio.gather(*(group.submit(i) for i in range(4)), return_exceptions=True)
-
-    answers = asyncio.run(go())
+    gate, held = held_first(apply)
+    answers = asyncio.run(behind_a_first(GroupCommit(db, held), gate, 0, [1, 2, 3, 4]))
     assert all(isinstance(a, errors.Unavailable) for a in answers)
-    assert batches == [4]
+    assert batches == [1, 4]

@@ -21,6 +21,7 @@ from control.telemetry import ingest, ingest_group, logs
 from control.telemetry.bounds import IngestLimits
 from control.telemetry.ingest_group import Batch
 from tests import factories as f
+from tests.integration.ledger.held import behind_a_first, held_first
 
 LIMITS = IngestLimits()
 
@@ -111,13 +112,11 @@ def test_a_batch_whose_store_fails_fails_only_itself(db: Database) -> None:
         group_sizes.append(len(batches))
         return ingest_group.store(s, batches, masks, LIMITS)
 
-    async def go() -> list[ingest_group.Result | BaseException]:
-        group = GroupCommit(db, apply)
-        batches = [Batch(a, [f.log_record(2, f"line of {a}")], a) for a in runs]
-        return list(await asyncio.gather(*(group.submit(b) for b in batches), return_exceptions=True))
-
-    answers = asyncio.run(go())
-    assert group_sizes == [4, 1, 1, 1, 1]
+    gate, held = held_first(apply)
+    batches = [Batch(a, [f.log_record(2, f"line of {a}")], a) for a in runs]
+    nobody = Batch("no-such-attempt", [], "no-such-attempt")
+    answers = asyncio.run(behind_a_first(GroupCommit(db, held), gate, nobody, batches))
+    assert group_sizes == [1, 4, 1, 1, 1, 1]  # the first alone; the four together; then one at a time
     assert isinstance(answers[1], RuntimeError)
     for aid, answer in zip(runs, answers, strict=True):
         if aid != broken:
@@ -149,13 +148,11 @@ def test_a_group_is_bounded_in_batches_and_records(db: Database) -> None:
         sizes.append(list(items))
         return list(items)
 
-    async def go() -> None:
-        group = GroupCommit(db, apply, max_batch=3, weigh=lambda n: n, max_weight=10)
-        await asyncio.gather(*(group.submit(n) for n in [4, 4, 4, 20, 1, 1, 1, 1]))
-
-    asyncio.run(go())
+    gate, held = held_first(apply)
+    group = GroupCommit(db, held, max_batch=3, weigh=lambda n: n, max_weight=10)
+    asyncio.run(behind_a_first(group, gate, 0, [4, 4, 4, 20, 1, 1, 1, 1]))
     # 4+4 fit, a third 4 would pass 10; 20 goes alone (at least one); then at most 3 per batch
-    assert sizes == [[4, 4], [4], [20], [1, 1, 1], [1]]
+    assert sizes == [[0], [4, 4], [4], [20], [1, 1, 1], [1]]
 
 
 def test_records_of_a_group_follow_its_order_of_seqs() -> None:
