@@ -53,12 +53,12 @@ from tests.integration.forgelet.fleet import (
     FLEET,
     FORGELET_TOKEN,
     ForgeletProcess,
-    free_port,
     join_token,
     wait_nodes,
     write_executor_token,
 )
 from tests.integration.kuberay.test_fetch import HttpBlobs, init_container, make_request, pod_env, run
+from tests.ports import free_port
 from tests.security.tls_support import Pki, Tap, make_pki
 
 pytestmark = [pytest.mark.slow]
