@@ -66,6 +66,7 @@ from control.services.fleet_service import FleetServicer
 from control.services.ingest_service import IngestServicer
 from control.services.node_registry_service import NodeRegistryServicer
 from control.services.secret_service import SecretServicer
+from control.stream_limit import StreamLimiter, StreamLimitInterceptor
 from recipes.catalog import Catalog, load_catalog
 
 log = logging.getLogger("starforge.control")
@@ -389,7 +390,10 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
     parts = await _load_parts(cfg)
     blob_access = BlobAccess(parts.db, RunBlobs(parts.db).allowed)
     server, port = bind_server(
-        cfg.listen, interceptors=[auth.interceptor(parts.verifier)], credentials=server_credentials(cfg.tls)
+        cfg.listen,
+        # the stream limit after authentication: it counts the caller that one binds
+        interceptors=[auth.interceptor(parts.verifier), StreamLimitInterceptor(StreamLimiter(cfg.streams_per_user))],
+        credentials=server_credentials(cfg.tls),
     )
     ops = _start_ops(cfg, parts.store, parts.verifier, blob_access)
     ctx = _build_context(cfg, parts, _grpc_address(cfg, port), _http_url(cfg, ops))

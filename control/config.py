@@ -179,6 +179,9 @@ class ControlConfig:
     submit_rate_per_user: float = 20.0
     # Submissions a user may make at once before the rate applies.
     submit_burst_per_user: int = 100
+    # StreamJobLogs and WatchJob calls one user's personal tokens may hold open at once (per
+    # replica; admins exempt; control.stream_limit); 0: no limit.
+    streams_per_user: int = 1000
     # HTTP port: connections open at once (more are answered 503 at once, without a thread).
     http_max_connections: int = 256
     # HTTP port: connections still sending their request head (no thread each); beyond, the
@@ -220,6 +223,8 @@ class ControlConfig:
             raise ConfigError(
                 f"submit_rate_per_user must not be negative (0: no limit), got {self.submit_rate_per_user}"
             )
+        if self.streams_per_user < 0:
+            raise ConfigError(f"streams_per_user must not be negative (0: no limit), got {self.streams_per_user}")
 
     def validate(self) -> None:
         """Checks that need more than types; raises ConfigError."""

@@ -12,6 +12,7 @@ an unknown one, PERMISSION_DENIED (ErrorInfo reason TOKEN_SCOPE) with an executo
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -58,6 +59,7 @@ SERVICES = (
 # Modules imported for their descriptors (the generic rows build each RPC's request by name).
 IMPORTED = (cat, acc, blob, ctl, ds, fleet, sec, reg, ing)
 TRAIN = "experiments/exp/train.sh"
+STREAMS_PER_USER = 2  # the main console's streams_per_user
 # A job that leaves a file and a link (to a file outside its out dir) in FORGE_OUT_DIR.
 WRITES_ARTIFACTS = (
     '#!/usr/bin/env bash\necho done\necho result > "$FORGE_OUT_DIR/result.txt"\n'
@@ -82,6 +84,7 @@ class World:
     gone: Console | None = None
     gone_ran: str = ""
     gone_queued: str = ""
+    tokens: dict[str, str] = dataclasses.field(default_factory=dict)  # users the rows created
 
     @property
     def admin(self) -> Metadata:
@@ -325,6 +328,19 @@ def rows() -> Iterator[Row]:
         # the page-back branch checks who may read the job like the streaming one
         req = ctl.StreamJobLogsRequest(job_id=w.done_job, before_attempt_number=1, before_offset=5)
         await w.call(CONTROL + "StreamJobLogs", req, w.bob)
+
+    @row(CONTROL + "StreamJobLogs", "RESOURCE_EXHAUSTED", "STREAM_LIMITED")
+    async def logs_over_the_stream_limit(w: World) -> None:
+        await _over_the_stream_limit(
+            w, "erin", lambda job: w.call(CONTROL + "StreamJobLogs", _follow(job), _md(w, "erin"))
+        )
+
+    @row(CONTROL + "WatchJob", "RESOURCE_EXHAUSTED", "STREAM_LIMITED")
+    async def watch_over_the_stream_limit(w: World) -> None:
+        watch = ctl.WatchJobRequest
+        await _over_the_stream_limit(
+            w, "frank", lambda job: w.call(CONTROL + "WatchJob", watch(job_id=job), _md(w, "frank"))
+        )
 
     @row(CONTROL + "StreamJobLogs", "INVALID_ARGUMENT")
     async def earlier_lines_followed(w: World) -> None:
@@ -579,6 +595,34 @@ async def _join_token(w: World, node: str) -> Metadata:
     return bearer(r.token)
 
 
+def _follow(job_id: str) -> ctl.StreamJobLogsRequest:
+    return ctl.StreamJobLogsRequest(job_id=job_id, follow=True, tail_lines=1)
+
+
+def _md(w: World, user: str) -> Metadata:
+    return bearer(w.tokens[user])
+
+
+async def _over_the_stream_limit(w: World, user: str, one_more: Callable[[str], Awaitable[None]]) -> None:
+    """`user` (new) runs a job and holds STREAMS_PER_USER follows of it, each with a line (so the
+    console counts them); then `one_more(job_id)` is refused. The follows and the job end after."""
+    w.tokens[user] = await _user(w.c, user)
+    as_user = dataclasses.replace(w.c, token=w.tokens[user], extra={**w.c.extra, "user": user})
+    job = (await as_user.submit_custom("#!/usr/bin/env bash\necho ready\nsleep 120\n")).job_id
+    held = []
+    try:
+        for _ in range(STREAMS_PER_USER):
+            call = w.c.jobs.StreamJobLogs(_follow(job), metadata=_md(w, user))
+            held.append(call)
+            while not (await asyncio.wait_for(call.read(), 30)).lines:
+                pass
+        await one_more(job)
+    finally:
+        for call in held:
+            call.cancel()
+        await w.c.jobs.StopJob(ctl.StopJobRequest(job_id=job), metadata=w.admin)
+
+
 async def _user(c: Console, name: str) -> str:
     r = await c.channel.unary_unary(
         ACCOUNT + "CreateUser",
@@ -604,6 +648,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             hf_precheck=False,
             submit_rate_per_user=0.001,
             submit_burst_per_user=1,
+            streams_per_user=STREAMS_PER_USER,
         ) as c,
         # No secrets key; a HuggingFace endpoint where nothing listens (a closed loopback port).
         console(root / "bare", hf_endpoint="http://127.0.0.1:9") as bare,

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from typing import Any
 
 import grpc
 import pytest
@@ -271,3 +272,68 @@ async def test_a_burst_of_submissions_is_refused_with_retry_info(tmp_path: pathl
         assert out.returncode != 0
         assert "may make at most 0.01 submissions per second" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr + out.stdout
+
+
+async def test_a_user_holding_many_log_streams_is_refused_more_and_nobody_else_is(tmp_path: pathlib.Path) -> None:
+    """The attacker opens log follows until refused: the next StreamJobLogs or WatchJob is
+    RESOURCE_EXHAUSTED at once (STREAM_LIMITED, a QuotaFailure); the admin is still served; a
+    stream closed makes room again; `sf job logs -f` shows the sentence."""
+    async with console(tmp_path, streams_per_user=3) as c:
+        mallory = await tenant(c, "mallory")
+        job = await mallory.submit_custom("#!/usr/bin/env bash\necho ready\nsleep 120\n")
+        await c.wait(job.job_id, st.JOB_STATE_RUNNING)
+        follow = ctl.StreamJobLogsRequest(job_id=job.job_id, follow=True, tail_lines=1)
+
+        async def first_line(md: tuple[tuple[str, str], ...]) -> tuple[Any, str]:
+            """A follow stream of the job, once it has delivered a line (the console counts it)."""
+            call = c.jobs.StreamJobLogs(follow, metadata=md)
+            while True:  # the first line is stored a moment after the job starts running
+                got = await asyncio.wait_for(call.read(), 30)
+                if got.lines:
+                    return call, got.lines[-1].text
+
+        held = [await first_line(mallory.md) for _ in range(3)]
+        assert all(text for _, text in held)
+
+        refused = []
+        for extra in (
+            c.jobs.StreamJobLogs(follow, metadata=mallory.md),
+            c.jobs.WatchJob(ctl.WatchJobRequest(job_id=job.job_id), metadata=mallory.md),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await asyncio.wait_for(extra.read(), 30)
+            refused.append(from_rpc_error(e.value))
+        for err in refused:
+            assert isinstance(err, errors.ResourceExhausted), err
+            assert err.reason == er.ERROR_REASON_STREAM_LIMITED
+            assert err.message.startswith("too many open streams: @mallory already holds 3 log and watch streams")
+            assert [(q.subject, q.description) for q in err.quota_violations] == [
+                ("user:mallory", "at most 3 log and watch streams open at once")
+            ]
+
+        # the admin (exempt) still follows the same job
+        admin_call, text = await first_line(c.md)
+        assert text
+        admin_call.cancel()
+
+        # `sf job logs -f` over the limit: one sentence, a non-zero exit, no traceback
+        out = await mallory.sf_async("job", "logs", "-f", job.job_id, check=False)
+        assert out.returncode != 0
+        assert "too many open streams: @mallory" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr + out.stdout
+
+        # a stream closed makes room (its end is counted once the console has seen the cancel)
+        held[0][0].cancel()
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            try:
+                again, text = await first_line(mallory.md)
+                break
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        assert text
+        for call, _ in [*held[1:], (again, "")]:
+            call.cancel()
+        await c.jobs.StopJob(ctl.StopJobRequest(job_id=job.job_id), metadata=c.md)

@@ -7,8 +7,10 @@ from starforge_api.control.v1 import error_reason_pb2 as er
 from starforge_api.job.v1 import telemetry_pb2
 
 from common import errors
-from control import rate_limit
+from common.config import ConfigError
+from control import rate_limit, stream_limit
 from control.auth import Principal
+from control.config import ControlConfig
 from control.telemetry import bounds
 
 
@@ -114,3 +116,31 @@ def test_a_full_http_pending_set_evicts_its_oldest_connection() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_stream_limit_counts_users_personal_streams_and_frees_each_once() -> None:
+    limiter = stream_limit.StreamLimiter(2)
+    alice = Principal("alice", admin=False, kind="pat", token_id="t")
+    first, second = limiter.acquire(alice), limiter.acquire(alice)
+    assert first is not None and second is not None and limiter.open_streams("alice") == 2
+    with pytest.raises(errors.ResourceExhausted) as e:
+        limiter.acquire(alice)
+    assert e.value.reason == er.ERROR_REASON_STREAM_LIMITED
+    assert [(q.subject, q.description) for q in e.value.quota_violations] == [
+        ("user:alice", "at most 2 log and watch streams open at once")
+    ]
+    first()
+    first()  # a second call of one release frees nothing more
+    assert limiter.open_streams("alice") == 1
+    assert limiter.acquire(Principal("bob", admin=False, kind="pat", token_id="u")) is not None
+    # not counted: admins, a job's run token, and any caller when the limit is 0
+    assert limiter.acquire(Principal("root", admin=True, kind="pat", token_id="v")) is None
+    assert limiter.acquire(Principal("alice", admin=False, kind="run", token_id="w", job_id="j")) is None
+    assert stream_limit.StreamLimiter(0).acquire(alice) is None
+    second()
+    assert limiter.open_streams("alice") == 0
+
+
+def test_a_negative_stream_limit_is_refused_at_start() -> None:
+    with pytest.raises(ConfigError, match="streams_per_user must not be negative"):
+        ControlConfig(streams_per_user=-1).validate()

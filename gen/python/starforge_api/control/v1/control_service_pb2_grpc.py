@@ -200,7 +200,8 @@ class ControlServiceServicer:
         With a before cursor it sends one message: the page of lines before that line (a reader
         scrolling back).
         Errors: INVALID_ARGUMENT (empty job_id, negative tail_lines, a before cursor with follow or an
-        after cursor, or with tail_lines over 10,000), NOT_FOUND, UNAUTHENTICATED.
+        after cursor, or with tail_lines over 10,000), NOT_FOUND, RESOURCE_EXHAUSTED (the caller holds
+        streams_per_user log and watch streams open already; reason STREAM_LIMITED), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -208,7 +209,8 @@ class ControlServiceServicer:
 
     def WatchJob(self, request, context):
         """WatchJob streams the job's ledger transitions (first the current state) until it ends.
-        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, RESOURCE_EXHAUSTED (as StreamJobLogs;
+        the two share the limit), UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

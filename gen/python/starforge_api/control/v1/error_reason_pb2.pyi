@@ -35,6 +35,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_SECRETS_DISABLED: _ClassVar[ErrorReason]
     ERROR_REASON_BAD_SECRET: _ClassVar[ErrorReason]
     ERROR_REASON_SUBMIT_RATE_LIMITED: _ClassVar[ErrorReason]
+    ERROR_REASON_STREAM_LIMITED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_BAD_TOKEN: ErrorReason
 ERROR_REASON_FORBIDDEN: ErrorReason
@@ -64,3 +65,4 @@ ERROR_REASON_UNKNOWN_SECRET: ErrorReason
 ERROR_REASON_SECRETS_DISABLED: ErrorReason
 ERROR_REASON_BAD_SECRET: ErrorReason
 ERROR_REASON_SUBMIT_RATE_LIMITED: ErrorReason
+ERROR_REASON_STREAM_LIMITED: ErrorReason

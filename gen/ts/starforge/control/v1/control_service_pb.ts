@@ -1023,7 +1023,8 @@ export const ControlService: GenService<{
    * With a before cursor it sends one message: the page of lines before that line (a reader
    * scrolling back).
    * Errors: INVALID_ARGUMENT (empty job_id, negative tail_lines, a before cursor with follow or an
-   * after cursor, or with tail_lines over 10,000), NOT_FOUND, UNAUTHENTICATED.
+   * after cursor, or with tail_lines over 10,000), NOT_FOUND, RESOURCE_EXHAUSTED (the caller holds
+   * streams_per_user log and watch streams open already; reason STREAM_LIMITED), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.StreamJobLogs
    */
@@ -1034,7 +1035,8 @@ export const ControlService: GenService<{
   },
   /**
    * WatchJob streams the job's ledger transitions (first the current state) until it ends.
-   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
+   * Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, RESOURCE_EXHAUSTED (as StreamJobLogs;
+   * the two share the limit), UNAUTHENTICATED.
    *
    * @generated from rpc starforge.control.v1.ControlService.WatchJob
    */

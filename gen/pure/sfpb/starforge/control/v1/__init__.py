@@ -266,6 +266,13 @@ class ErrorReason(betterproto2.Enum):
     (submit_rate_per_user); QuotaFailure names the user and the rate, RetryInfo says when to retry.
     """
 
+    STREAM_LIMITED = 34
+    """
+    RESOURCE_EXHAUSTED: the user already holds as many log and watch streams open on this console
+    replica as it allows (streams_per_user); QuotaFailure names the user and the limit. Closing one
+    of them (an `sf job logs -f` left running, a browser tab) makes room.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -298,6 +305,7 @@ class ErrorReason(betterproto2.Enum):
             31: "ERROR_REASON_SECRETS_DISABLED",
             32: "ERROR_REASON_BAD_SECRET",
             33: "ERROR_REASON_SUBMIT_RATE_LIMITED",
+            34: "ERROR_REASON_STREAM_LIMITED",
         }
 
     @classmethod
@@ -332,6 +340,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_SECRETS_DISABLED": 31,
             "ERROR_REASON_BAD_SECRET": 32,
             "ERROR_REASON_SUBMIT_RATE_LIMITED": 33,
+            "ERROR_REASON_STREAM_LIMITED": 34,
         }
 
 
@@ -2497,7 +2506,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         With a before cursor it sends one message: the page of lines before that line (a reader
         scrolling back).
         Errors: INVALID_ARGUMENT (empty job_id, negative tail_lines, a before cursor with follow or an
-        after cursor, or with tail_lines over 10,000), NOT_FOUND, UNAUTHENTICATED.
+        after cursor, or with tail_lines over 10,000), NOT_FOUND, RESOURCE_EXHAUSTED (the caller holds
+        streams_per_user log and watch streams open already; reason STREAM_LIMITED), UNAUTHENTICATED.
         """
 
         async for response in self._unary_stream(
@@ -2520,7 +2530,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
     ) -> "AsyncIterator[WatchJobResponse]":
         """
         WatchJob streams the job's ledger transitions (first the current state) until it ends.
-        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, UNAUTHENTICATED.
+        Errors: INVALID_ARGUMENT (empty job_id), NOT_FOUND, RESOURCE_EXHAUSTED (as StreamJobLogs;
+        the two share the limit), UNAUTHENTICATED.
         """
 
         async for response in self._unary_stream(
