@@ -19,6 +19,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -31,6 +32,8 @@ I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")
 
 MAX_BATCH = 256
+
+log = logging.getLogger("starforge.control")
 
 
 class GroupCommit(Generic[I, R]):
@@ -66,8 +69,9 @@ class GroupCommit(Generic[I, R]):
         """Apply `item` with the others waiting; its result once its batch has committed.
 
         `then(result)` runs on the event loop as soon as the batch has committed, before the
-        caller wakes (not for an error, nor for a caller that gave up): what must follow the
-        commit at once, such as waking the followers of what was stored."""
+        caller wakes, also when the caller gave up meanwhile (its item was committed all the
+        same); never for an item that failed. It is what must follow the commit at once, such as
+        waking the followers of what was stored."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[R] = loop.create_future()
         self._waiting.append(_Waiter(item, fut, then))
@@ -77,19 +81,17 @@ class GroupCommit(Generic[I, R]):
 
     def _next(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand the next batch (a failed batch's items first, one at a time) to the database thread."""
-        while True:
-            if self._alone:
-                batch = [self._alone.popleft()]
-            else:
-                n = self._taken()
-                batch = self._waiting[:n]
-                del self._waiting[:n]
-            batch = [w for w in batch if not w.fut.done()]  # a caller that gave up is left out
-            if batch:
-                break
-            if not self._waiting and not self._alone:
-                self._running = False
-                return
+        try:
+            batch = self._take()
+        except Exception as exc:  # `weigh` failed: nobody may wait forever
+            for w in [*self._alone, *self._waiting]:
+                _settle(w.fut, exc)
+            self._alone.clear()
+            self._waiting.clear()
+            batch = []
+        if not batch:
+            self._running = False
+            return
         items = [w.item for w in batch]
         self._running = True
         try:
@@ -100,6 +102,20 @@ class GroupCommit(Generic[I, R]):
             self._next(loop)
             return
         done.add_done_callback(lambda f: _on_loop(loop, self._answer, batch, f))
+
+    def _take(self) -> list[_Waiter[I, R]]:
+        """The next batch, without the callers that gave up; empty when nobody waits."""
+        while self._alone or self._waiting:
+            if self._alone:
+                batch = [self._alone.popleft()]
+            else:
+                n = self._taken()
+                batch = self._waiting[:n]
+                del self._waiting[:n]
+            batch = [w for w in batch if not w.fut.done()]  # a caller that gave up is left out
+            if batch:
+                return batch
+        return []
 
     def _taken(self) -> int:
         """How many of the waiting items the next batch takes (`max_batch`, `max_weight`)."""
@@ -137,15 +153,21 @@ class GroupCommit(Generic[I, R]):
 
 
 def _answer_one(w: _Waiter[I, R], result: R) -> None:
-    if w.fut.done():  # the caller gave up meanwhile
-        return
+    """`then` (the item was committed, whether or not its caller still waits), then the caller."""
+    failed: Exception | None = None
     if w.then is not None:
         try:
             w.then(result)
         except Exception as exc:  # committed, but what must follow failed: the caller hears of it
-            w.fut.set_exception(exc)
-            return
-    w.fut.set_result(result)
+            failed = exc
+    if w.fut.done():  # the caller gave up meanwhile
+        if failed is not None:
+            log.error("what follows a committed item failed, and its caller had gone", exc_info=failed)
+        return
+    if failed is not None:
+        w.fut.set_exception(failed)
+    else:
+        w.fut.set_result(result)
 
 
 class _Waiter(Generic[I, R]):

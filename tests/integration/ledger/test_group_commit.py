@@ -140,6 +140,30 @@ def test_group_commit_runs_what_follows_the_commit_before_the_caller_wakes(db: D
     assert ("then", -2) not in seen
 
 
+def test_what_follows_a_commit_runs_even_when_its_caller_gave_up(db: Database) -> None:
+    """The item was committed: what must follow (a log line's followers woken) still runs."""
+    seen: list[int] = []
+
+    def apply(s: Session, items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    gate, held = held_first(apply)
+
+    async def go() -> None:
+        group: GroupCommit[int, int] = GroupCommit(db, held)
+        caller = asyncio.ensure_future(group.submit(7, seen.append))
+        await asyncio.sleep(0)  # submitted: its batch is on the database thread, held there
+        caller.cancel()
+        gate.set()
+        for _ in range(200):
+            if seen:
+                return
+            await asyncio.sleep(0.05)
+
+    asyncio.run(go())
+    assert seen == [7]
+
+
 @pytest.mark.parametrize("n", [1, 7])
 def test_reserve_counter_hands_out_disjoint_blocks(db: Database, n: int) -> None:
     firsts = [db.run_sync(lambda s: jobs.reserve_counter(s, f"c{n}", n)) for _ in range(3)]
