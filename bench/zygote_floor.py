@@ -1,8 +1,9 @@
 """The CPU floor of a trivial attempt with a pre-forked runner: `python -m bench.zygote_floor [--starts N]`.
 
-A measurement for a design not built (docs/benchmarks.md, **throughput**): what an attempt of
-`true` would cost if the runner were not started afresh (two interpreter starts and the runner's
-imports) but forked from a warm process per node. Like bench/capsule_cpu.py, this tree's capsule is
+The floor of the design the process runtime now has with job uids (the pre-forked runner,
+executor_svc/local/zygote.py; docs/benchmarks.md, **throughput**): what an attempt of `true` costs
+when the runner is not started afresh (two interpreter starts and the runner's imports) but forked
+from a warm process per node, without the wrapper and privilege drop the real one adds. Like bench/capsule_cpu.py, this tree's capsule is
 laid out as an executor would and its runner venv installed once; then one "zygote" is started
 from that venv's Python with the runner imported (boot's preloads, the runner, its ingest sender),
 and for each attempt it forks a child that hashes the capsule's listed files (what bootstrap's

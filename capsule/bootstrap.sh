@@ -17,6 +17,10 @@
 #       else, checked here) is exec'd directly; otherwise the pex itself runs in this interpreter
 #       (runpy: what `python -I runner.pex` does, without a second interpreter start).
 #
+# The process runtime with job uids forks its runners from a warm process instead
+# (sfrunner.zygote): that process runs the Python program below with another __name__, for its
+# functions (checked_runner, set_aside_job_pex_env, shared_venv), and then the runner itself.
+#
 # POSIX sh only (dash, busybox ash); no coreutils needed beyond the shell itself.
 
 set -u
@@ -191,24 +195,41 @@ def shared_venv(runner):
     return python, main
 
 
-try:
-    runner = verify()
-except SystemExit:
-    raise
-except BaseException as exc:
-    say("the check itself failed: %s: %s" % (type(exc).__name__, exc))
-    sys.exit(97)
-# PEX_* set by the job (--env; PEX_ROOT belongs to the executor, see above) would change what runner.pex runs:
-# another module or script, an interpreter, more sys.path, in the process that reads the run
-# token. Set aside under FORGE_JOB_ENV_; the runner gives them back to the training command.
-for key in [k for k in os.environ if k.startswith("PEX_") and k != "PEX_ROOT"]:
-    os.environ["FORGE_JOB_ENV_" + key] = os.environ.pop(key)
-pex = os.path.join(os.environ["FORGE_CAPSULE_DIR"], runner)
-venv = shared_venv(runner)
-if venv is not None:
-    os.execv(venv[0], [venv[0], "-I", venv[1]])
-sys.argv[:] = [pex]
-import runpy
-runpy.run_path(pex, run_name="__main__")
+def checked_runner():
+    """verify(), with a failure of the check itself also exit 97."""
+    try:
+        return verify()
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        say("the check itself failed: %s: %s" % (type(exc).__name__, exc))
+        sys.exit(97)
+
+
+def set_aside_job_pex_env():
+    """PEX_* set by the job (--env; PEX_ROOT belongs to the executor, see above) would change what
+    runner.pex runs: another module or script, an interpreter, more sys.path, in the process that
+    reads the run token. Set aside under FORGE_JOB_ENV_; the runner gives them back to the
+    training command."""
+    for key in [k for k in os.environ if k.startswith("PEX_") and k != "PEX_ROOT"]:
+        os.environ["FORGE_JOB_ENV_" + key] = os.environ.pop(key)
+
+
+def main():
+    runner = checked_runner()
+    set_aside_job_pex_env()
+    pex = os.path.join(os.environ["FORGE_CAPSULE_DIR"], runner)
+    venv = shared_venv(runner)
+    if venv is not None:
+        os.execv(venv[0], [venv[0], "-I", venv[1]])
+    sys.argv[:] = [pex]
+    import runpy
+    runpy.run_path(pex, run_name="__main__")
+
+
+# A pre-forked runner (the process runtime) runs this same program with another __name__, for
+# its functions: the check and the set-aside above, then the runner in its own process.
+if __name__ == "__main__":
+    main()
 '
 exec "$PY" -I -c "$BOOT" "$PY"

@@ -81,6 +81,10 @@ class LocalConfig:
     # [200000, 265535]. The executor must run as root; the uids must belong to no one else on the
     # host. Empty: every attempt runs as the executor's own user, unisolated (one trusted user).
     job_uid_range: list[int] = dataclasses.field(default_factory=list)
+    # Process runtime with job_uid_range: start each attempt's runner by forking a warm process
+    # per runner venv (a pre-forked runner) instead of through `sh bootstrap.sh`; the same checks
+    # and uid, a fraction of the CPU. false: every attempt through bootstrap.sh.
+    preforked_runner: bool = True
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:

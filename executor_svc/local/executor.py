@@ -83,7 +83,7 @@ def executor_id(state_dir: str) -> str:
 def make_runtime(cfg: LocalConfig, layout: Layout, node: str) -> Runtime:
     if cfg.runtime == RUNTIME_DOCKER:
         return DockerRuntime(cfg.docker, layout, executor_id(str(layout.state_dir)), node)
-    return ProcessRuntime(layout, cfg.job_uid_range)
+    return ProcessRuntime(layout, cfg.job_uid_range, cfg.preforked_runner)
 
 
 class LocalExecutor(Executor):

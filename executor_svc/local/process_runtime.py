@@ -23,6 +23,12 @@ the record or the log file's directory, and it gets HOME and its runner's PEX_RO
 scratch dir (a PEX_ROOT shared between jobs would be code one job could change for the next; the
 job's own PEX_ROOT is its command's, executor_svc/capsule_env.py). Without it, every
 attempt runs as the executor's user: one trusted user only.
+
+With job uids and a shared runner venv (pex_warm.py), the wrapper and the job's process are not
+`sh` and bootstrap.sh but forks of a warm runner process for that venv (zygote.py: the same
+`wrapper.pid` and `exit_code`, the same uid drop and integrity check); a record is adopted by
+`wrapper.pid` when the process's working directory is the attempt's, which is where that wrapper
+works. When no zygote can take an attempt it starts as above.
 """
 
 from __future__ import annotations
@@ -42,9 +48,11 @@ from executor_svc.base import RUNTIME_PROCESS
 from executor_svc.capsule_env import CapsulePaths, capsule_env, inherited_env, write_token_file
 from executor_svc.local import job_users
 from executor_svc.local.pex_warm import ENV_KEYS as SHARED_PEX_ENV
+from executor_svc.local.pex_warm import ENV_VENV as SHARED_PEX_VENV
 from executor_svc.local.pex_warm import SharedPex
 from executor_svc.local.records import AttemptRecord, Layout
 from executor_svc.local.runtime import LOG_TAIL_LINES, Runtime, RuntimeState, StartSpec, read_log_tail
+from executor_svc.local.zygote import Zygotes, ZygoteSpec
 
 log = logging.getLogger("starforge.executor.local.process")
 
@@ -91,6 +99,13 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
 def group_alive(pgid: int) -> bool:
     """True while any non-zombie process is in process group `pgid`."""
     if pgid <= 0:
@@ -105,6 +120,12 @@ def group_alive(pgid: int) -> bool:
             if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
                 return True
     return False
+
+
+def _create_log(log_path: Path) -> None:
+    """The attempt's log, root's (the executor's user's), read by the executor and the operator."""
+    with log_path.open("ab"):
+        os.chmod(log_path, 0o640)
 
 
 def _spawn(
@@ -134,7 +155,7 @@ class ProcessRuntime(Runtime):
 
     name = RUNTIME_PROCESS
 
-    def __init__(self, layout: Layout, uid_range: list[int] | None = None) -> None:
+    def __init__(self, layout: Layout, uid_range: list[int] | None = None, preforked: bool = True) -> None:
         self._layout = layout
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._uids = (
@@ -144,8 +165,10 @@ class ProcessRuntime(Runtime):
         )
         # Uids of attempts not cleaned up yet; read from the records on first use.
         self._held: set[int] | None = None
-        # With job uids: the runner's venv, installed once per node as root, read-only to jobs.
+        # With job uids: the runner's venv, installed once per node as root, read-only to jobs,
+        # and a pre-forked runner per such venv (zygote.py) unless turned off.
         self._shared_pex = SharedPex(layout.state_dir) if self._uids is not None else None
+        self._zygotes = Zygotes(layout.state_dir) if self._shared_pex is not None and preforked else None
 
     @property
     def shares_cache(self) -> bool:
@@ -221,11 +244,23 @@ class ProcessRuntime(Runtime):
         prefix = await asyncio.to_thread(self._isolate, spec, record, env)
         for key in SHARED_PEX_ENV:  # only the executor names a shared runner venv, never the job
             env.pop(key, None)
+        shared: dict[str, str] = {}
         if self._shared_pex is not None:
-            env.update(await self._shared_pex.env_for(dirs.capsule, env, spec.request.env))
+            shared = await self._shared_pex.env_for(dirs.capsule, env, spec.request.env)
+            env.update(shared)
         # Readable by the attempt's own uid only (the runner reads and deletes it).
         owner = record.job_uid if record.job_uid >= 0 else None
         await asyncio.to_thread(write_token_file, spec.request, dirs.scratch, uid=owner, gid=owner)
+        if self._zygotes is not None and shared:
+            await asyncio.to_thread(_create_log, dirs.log)
+            forked = await self._zygotes.fork(
+                shared[SHARED_PEX_VENV], ZygoteSpec(dirs.root, dirs.log, dirs.workspace, record.job_uid, env)
+            )
+            if forked is not None:  # 0: a wrapper has it, its pid comes from wrapper.pid (_adopt)
+                record.pid = forked
+                record.pid_start = start_ticks(forked) if forked else 0
+                record.handle = str(forked)
+                return
         child = await asyncio.to_thread(_spawn, dirs.capsule, dirs.root, dirs.workspace, dirs.log, env, prefix)
         self._children[record.attempt_id] = child
         record.pid = child.pid
@@ -249,7 +284,8 @@ class ProcessRuntime(Runtime):
         except (FileNotFoundError, ValueError):
             return
         ticks = start_ticks(pid)
-        if ticks and str(root) in _cmdline(pid)[3:]:
+        # the `sh` wrapper names the attempt's directory in its arguments; a pre-forked one works in it
+        if ticks and (str(root) in _cmdline(pid)[3:] or _cwd(pid) == str(root)):
             record.pid, record.pid_start, record.handle = pid, ticks, str(pid)
 
     def _running(self, record: AttemptRecord) -> bool:
@@ -307,3 +343,7 @@ class ProcessRuntime(Runtime):
                 await asyncio.to_thread(job_users.take_back, Path(record.out_dir))
             self._held_uids().discard(record.job_uid)
         return 0
+
+    async def close(self) -> None:
+        if self._zygotes is not None:
+            await self._zygotes.close()

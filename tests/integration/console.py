@@ -261,8 +261,9 @@ def executor_yaml(
 
 
 def start_executor_process(
-    root: pathlib.Path, config: pathlib.Path, kind: str = "local"
+    root: pathlib.Path, config: pathlib.Path, kind: str = "local", listen: str = "127.0.0.1:0"
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """A `starforge-executor` process and its address; `listen`: a restart's old address."""
     ready = root / "executor.ready"
     ready.unlink(missing_ok=True)
     log = (root / "executor.log").open("ab")
@@ -276,7 +277,7 @@ def start_executor_process(
             "--config",
             str(config),
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--ready-file",
             str(ready),
         ],

@@ -1,0 +1,231 @@
+"""A pre-forked runner: one warm process per node and runner venv that forks each attempt's runner.
+
+An attempt started the usual way pays two interpreter starts and the runner's imports (most of
+its CPU) before its command runs. The process runtime's executor (executor_svc/local/zygote.py)
+instead starts this process once per shared runner venv, exactly as a runner starts (the venv's
+own entry, ``PEX_MODULE=sfrunner.zygote:serve``), as root, with an empty environment, in ``/``;
+it imports what the runner imports and then only forks.
+
+What it reads from the executor (stdin) is one line per attempt: the name of a spec file in a
+directory only root can enter. It never opens that file: the forked child does. So the zygote's
+memory, which every runner it forks inherits, never holds anything of any attempt: no
+environment, no path, no id. It answers with the pid of the child (stdout).
+
+The child is the attempt's wrapper, what the `sh -c` wrapper of process_runtime.py is: it leads a
+new session, stays root, ignores (with a no-op handler) TERM, INT and HUP, writes
+``wrapper.pid`` into the attempt's directory, forks the job's process, waits for it and writes
+its exit code to ``exit_code`` (128 + the signal's number when a signal ended it, as ``sh``
+says it). The job's process drops to the attempt's uid (no supplementary groups, no_new_privs),
+takes the attempt's environment and working directory and then runs bootstrap.sh's own program
+(read from the attempt's capsule, with another ``__name__``): the integrity check of capsule.json
+and every file it lists, the set-aside of the job's PEX_ variables, and the shared-venv check.
+Only when that check names this very venv does the runner's ``main`` run here, in the forked
+process; otherwise the process execs ``sh bootstrap.sh``, the usual way.
+
+What a forked runner shares with the others: the code imported before the fork (the same bytes
+the venv holds), the address-space layout and the string-hash secret of the zygote (the training
+command is exec'd, so it has its own). It shares no writable memory with anything: each fork is
+a private copy, and the runner is not dumpable (a setuid from root makes it so; the runner also
+says so itself), so even its own job cannot read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import signal
+import sys
+import traceback
+from typing import Any, NoReturn
+
+from . import boot
+
+SPEC_DIR_ENV = "FORGE_ZYGOTE_SPECS"  # the directory of spec files, set by the executor at start
+PR_SET_NO_NEW_PRIVS = 38
+EXIT_WRAPPER_ERROR = 95  # the runner's own "runner error" code: the attempt could not be started
+BOOT_START = "BOOT='\n"
+BOOT_END = "\n'\n"
+
+
+def _preload() -> None:
+    """What a runner imports, before the command starts and after (the ingest sender), and every
+    adapter: imported once here, shared by every fork."""
+    for name in boot.LAZY:
+        boot.import_lazily(name)
+    boot.preload_messages_runtime()
+    boot.preload_client_stubs()
+    from . import ingest, main  # noqa: F401 - imported for the forks
+    from .adapters import REGISTRY
+
+    for module, _ in REGISTRY.values():
+        importlib.import_module(f".adapters.{module}", __package__)
+    import asyncio
+    import hashlib  # noqa: F401 - bootstrap's program uses these
+    import re  # noqa: F401
+    import stat  # noqa: F401
+
+    asyncio.new_event_loop().close()  # the selector and unix-events modules
+
+
+def serve() -> None:
+    """Fork a wrapper per line read from stdin; answer its pid (or ``error <text>``) on stdout."""
+    spec_dir = os.environ.get(SPEC_DIR_ENV, "")
+    if not spec_dir.startswith("/"):
+        print(f"error {SPEC_DIR_ENV} is not an absolute path", flush=True)
+        sys.exit(2)
+    venv = os.environ.get("VIRTUAL_ENV", "")  # set by the venv's entry: this venv's directory
+    os.environ.clear()
+    _preload()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # wrappers are reaped by the kernel
+    print("ready", flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        if not name or "/" in name or name.startswith(".") or "\0" in name:
+            print("error bad spec name", flush=True)
+            continue
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            print(f"error fork: {exc.strerror or exc}", flush=True)
+            continue
+        if pid == 0:
+            _wrapper(os.path.join(spec_dir, name), venv)
+        print(pid, flush=True)
+
+
+def _no_op(signum: int, frame: Any) -> None:
+    """The wrapper outlives a TERM to its group long enough to write the exit code."""
+
+
+def _wrapper(spec_path: str, venv: str) -> NoReturn:
+    """The attempt's wrapper (root): see the module docstring. Never returns."""
+    code = EXIT_WRAPPER_ERROR
+    root = ""
+    try:
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, _no_op)
+        with open(spec_path, "rb") as f:
+            raw = f.read()
+        os.unlink(spec_path)  # the claim: the executor gives up an attempt only if it deletes it first
+        spec = json.loads(raw)
+        root = spec["root"]
+        _standard_streams(spec["log"])
+        os.chdir(root)
+        _write_atomically(os.path.join(root, "wrapper.pid"), os.getpid())
+        pid = os.fork()
+        if pid == 0:
+            _job(spec, venv)
+        code = _exit_code(pid)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.write("starforge: the pre-forked runner could not start this attempt\n")
+    finally:
+        if root:
+            try:
+                _write_atomically(os.path.join(root, "exit_code"), code)
+            except OSError:
+                traceback.print_exc()
+        _flush()
+        os._exit(0)
+
+
+def _standard_streams(log: str) -> None:
+    """stdin from /dev/null, stdout and stderr to the attempt's log, no other descriptor open."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+
+
+def _write_atomically(path: str, value: int) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{value}\n")
+    os.replace(path + ".tmp", path)
+
+
+def _exit_code(pid: int) -> int:
+    """The job process's exit code as sh reports it (128 + signal number when signalled)."""
+    _, status = os.waitpid(pid, 0)  # a TERM to the wrapper runs the no-op and the wait goes on
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _job(spec: dict[str, Any], venv: str) -> NoReturn:
+    """The job's process: the attempt's uid, environment and directory, bootstrap.sh's checks,
+    then the runner. Never returns."""
+    code = EXIT_WRAPPER_ERROR
+    try:
+        code = _run_job(spec, venv)
+    except SystemExit as exc:  # bootstrap's program exits 97/98 with its own message
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    _flush()
+    os._exit(code)
+
+
+def _run_job(spec: dict[str, Any], venv: str) -> int:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    uid = int(spec["uid"])
+    if uid >= 0:
+        _drop_privileges(uid)
+    env: dict[str, str] = spec["env"]
+    os.chdir(spec["cwd"])
+    os.environ.clear()
+    os.environ.update(env)
+    capsule_dir = env["FORGE_CAPSULE_DIR"]
+    program = _bootstrap_program(os.path.join(capsule_dir, "bootstrap.sh"))
+    # bootstrap.sh's program as `python -I -c "$BOOT" "$PY"` runs it, minus its `main`
+    sys.argv[:] = ["-c", env.get("FORGE_PEX_PYTHON", sys.executable)]
+    checks: dict[str, Any] = {"__name__": "starforge_bootstrap"}
+    exec(compile(program, os.path.join(capsule_dir, "bootstrap.sh"), "exec"), checks)  # noqa: S102
+    runner = checks["checked_runner"]()
+    checks["set_aside_job_pex_env"]()
+    found = checks["shared_venv"](runner)
+    if found is None or os.path.realpath(os.path.dirname(os.path.dirname(found[0]))) != os.path.realpath(venv):
+        # not this zygote's venv (another runner, or not one root alone can change): the usual way
+        os.execvp("sh", ["sh", os.path.join(capsule_dir, "bootstrap.sh")])  # noqa: S606 - as the executor runs it
+    # what the venv's own entry (`<venv>/pex`) does before it calls the runner
+    for key in [k for k in os.environ if k.startswith("PEX_")]:
+        del os.environ[key]
+    os.environ["VIRTUAL_ENV"] = venv
+    sys.argv[:] = [found[1]]
+    from .main import main
+
+    return main(dict(os.environ))
+
+
+def _drop_privileges(uid: int) -> None:
+    """What `setpriv --reuid=uid --regid=uid --clear-groups --no-new-privs` does."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != uid or os.getgroups():
+        raise OSError(f"could not drop to uid {uid}")
+
+
+def _bootstrap_program(path: str) -> str:
+    """The Python program bootstrap.sh runs (its single-quoted BOOT word)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index(BOOT_START) + len(BOOT_START)
+    return text[start : text.index(BOOT_END, start)]
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed stream: nothing left to tell it
+            stream.flush()

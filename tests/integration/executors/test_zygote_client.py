@@ -1,0 +1,107 @@
+"""The executor's side of the pre-forked runner (executor_svc/local/zygote.py) against zygotes that
+misbehave: a real child process speaking the same line protocol (a stand-in for
+`sfrunner.zygote:serve`, started the same way: `<venv>/bin/python -I <venv>/pex`) that answers
+late, answers garbage, or takes an attempt's spec and dies before it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import sys
+
+import pytest
+
+from executor_svc.local.zygote import SPEC_DIR, Zygotes, ZygoteSpec
+
+STAND_IN = r"""
+import os, sys, time
+specs = os.environ["FORGE_ZYGOTE_SPECS"]
+print("ready", flush=True)
+for line in sys.stdin:
+    name = line.strip()
+    behaviour = open(os.path.join(specs, name)).read() if os.path.exists(os.path.join(specs, name)) else ""
+    if '"slow"' in behaviour:
+        time.sleep(1.0)
+        print(4242, flush=True)
+    elif '"garbage"' in behaviour:
+        print("error not today", flush=True)
+    elif '"claim"' in behaviour:
+        os.unlink(os.path.join(specs, name))  # what a wrapper does once it read the spec
+        os._exit(1)
+    else:
+        print(4343, flush=True)
+"""
+
+
+def _venv(tmp: pathlib.Path) -> str:
+    venv = tmp / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "pex").write_text(STAND_IN)
+    return str(venv)
+
+
+def _spec(tmp: pathlib.Path, behaviour: str) -> ZygoteSpec:
+    return ZygoteSpec(tmp, tmp / "log", tmp, -1, {"BEHAVIOUR": behaviour})
+
+
+async def test_an_answer_and_the_spec_directory(tmp_path: pathlib.Path) -> None:
+    zygotes = Zygotes(tmp_path)
+    try:
+        assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "plain")) == 4343
+        specs = tmp_path / SPEC_DIR
+        assert specs.stat().st_mode & 0o777 == 0o700
+        assert [p.stat().st_mode & 0o777 for p in specs.iterdir()] == [0o600]  # the stand-in leaves it
+    finally:
+        await zygotes.close()
+
+
+async def test_a_garbled_answer_gives_the_attempt_back(tmp_path: pathlib.Path) -> None:
+    zygotes = Zygotes(tmp_path)
+    venv = _venv(tmp_path)
+    try:
+        assert await zygotes.fork(venv, _spec(tmp_path, "garbage")) is None  # start it the usual way
+        assert list((tmp_path / SPEC_DIR).iterdir()) == []  # its spec (and secrets) deleted
+        # and the venv gets no new zygote at once: the next attempt also goes the usual way
+        assert await zygotes.fork(venv, _spec(tmp_path, "plain")) is None
+    finally:
+        await zygotes.close()
+
+
+async def test_a_spec_taken_before_the_zygote_died_stays_taken(tmp_path: pathlib.Path) -> None:
+    zygotes = Zygotes(tmp_path)
+    try:
+        # a wrapper has the attempt: its pid will come from wrapper.pid; never a second start
+        assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "claim")) == 0
+    finally:
+        await zygotes.close()
+
+
+async def test_a_cancelled_fork_leaves_no_answer_for_the_next_one(tmp_path: pathlib.Path) -> None:
+    zygotes = Zygotes(tmp_path)
+    venv = _venv(tmp_path)
+    try:
+        slow = asyncio.ensure_future(zygotes.fork(venv, _spec(tmp_path, "slow")))
+        await asyncio.sleep(0.3)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        # the late 4242 must not become this attempt's pid: that zygote was killed, a new one answers
+        assert await zygotes.fork(venv, _spec(tmp_path, "plain")) == 4343
+    finally:
+        await zygotes.close()
+
+
+async def test_close_ends_the_zygote(tmp_path: pathlib.Path) -> None:
+    zygotes = Zygotes(tmp_path)
+    assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "plain")) == 4343
+    pids = [z.pid for z in zygotes._zygotes.values()]
+    assert pids
+    assert all(pid is not None for pid in pids)
+    await zygotes.close()
+    for pid in pids:
+        assert pid is not None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,0 +1,127 @@
+"""The pre-forked runner of the process runtime with job uids (executor_svc/local/zygote.py) under
+the failures it must survive: its executor killed with an attempt running, and the zygote itself
+killed. Real executor processes, real forks, jobs as their own uids (the suite runs as root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import time
+
+from starforge_api.job.v1 import job_state_pb2 as st
+
+from control import embedded
+from tests.integration.console import start_executor_process
+from tests.security.isolation_support import attempt_dir, finish, isolated_console, out_dir, read_json, wait_file
+
+# Reports the runner's parent (the wrapper) and its parent, then waits for `release`.
+WAITING = r"""#!/bin/sh
+python3 - "$FORGE_OUT_DIR/parents.json" "$PPID" <<'PY'
+import json, sys
+def parent(pid):
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        raw = f.read()
+    return int(raw[raw.rfind(b")") + 2 :].split()[1])
+def cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")[:-1]
+wrapper = parent(int(sys.argv[2]))
+json.dump({"wrapper": wrapper, "wrapper_cmdline": cmdline(wrapper), "zygote": parent(wrapper)}, open(sys.argv[1], "w"))
+PY
+while [ ! -e "$FORGE_OUT_DIR/release" ]; do sleep 0.1; done
+echo released
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in (b"Z", b"X")
+
+
+async def _until(predicate: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_forked_attempt_outlives_its_executor_and_the_next_executor_finishes_it() -> None:
+    async with isolated_console() as c:
+        first = await c.submit_custom(WAITING)
+        out = out_dir(c, first.job_id)
+        await wait_file(out / "parents.json", c, first.job_id)
+        parents = read_json(out / "parents.json")
+        zygote, wrapper = parents["zygote"], parents["wrapper"]
+        python, flag, entry = parents["wrapper_cmdline"]  # forked from the zygote, not `sh -c`
+        assert flag == "-I" and pathlib.Path(entry).name == "pex", parents
+        record = read_json(attempt_dir(c, first.job_id) / "attempt.json")
+        assert record["pid"] == wrapper, record
+
+        assert c.executor is not None
+        c.executor.send_signal(signal.SIGKILL)  # our own child, by its pid
+        c.executor.wait()
+        await _until(lambda: _gone(zygote))  # the zygote saw its input end and left
+        assert not _gone(wrapper)  # the attempt did not
+
+        host, _, port = c.executor_address.rpartition(":")
+        config = c.root / "executor.yaml"
+        proc, _ = await asyncio.to_thread(start_executor_process, c.root, config, "local", f"{host}:{port}")
+        try:
+            (out / "release").touch()
+            done = await finish(c, first.job_id)
+            assert done.state == st.JOB_STATE_SUCCEEDED, await c.logs(first.job_id)
+            assert len(done.attempts) == 1, done  # found again, not launched a second time
+            assert "released" in "\n".join(await c.logs(first.job_id))
+            assert (attempt_dir(c, first.job_id) / "exit_code").read_text().strip() == "0"
+
+            # the new executor forks the next attempt from a zygote of its own
+            second = await c.submit_custom(WAITING)
+            await wait_file(out_dir(c, second.job_id) / "parents.json", c, second.job_id)
+            again = read_json(out_dir(c, second.job_id) / "parents.json")
+            assert again["zygote"] != zygote and not _gone(again["zygote"]), again
+            (out_dir(c, second.job_id) / "release").touch()
+            done = await finish(c, second.job_id)
+            assert done.state == st.JOB_STATE_SUCCEEDED, await c.logs(second.job_id)
+        finally:
+            embedded.stop_process(proc)
+
+
+async def test_a_killed_zygote_is_replaced_and_a_stuck_one_costs_only_the_usual_start() -> None:
+    async with isolated_console() as c:
+        first = await c.submit_custom(WAITING)
+        await wait_file(out_dir(c, first.job_id) / "parents.json", c, first.job_id)
+        zygote = read_json(out_dir(c, first.job_id) / "parents.json")["zygote"]
+        os.kill(zygote, signal.SIGKILL)  # the test runs as root; the zygote is the executor's
+        await _until(lambda: _gone(zygote))
+        (out_dir(c, first.job_id) / "release").touch()
+        done = await finish(c, first.job_id)
+        assert done.state == st.JOB_STATE_SUCCEEDED, await c.logs(first.job_id)  # its wrapper lived on
+
+        # killed: the next launch starts a new zygote
+        second = await c.submit_custom(WAITING)
+        await wait_file(out_dir(c, second.job_id) / "parents.json", c, second.job_id)
+        replaced = read_json(out_dir(c, second.job_id) / "parents.json")["zygote"]
+        assert replaced != zygote and not _gone(replaced)
+        (out_dir(c, second.job_id) / "release").touch()
+        assert (await finish(c, second.job_id)).state == st.JOB_STATE_SUCCEEDED
+
+        # stuck: the fork is not answered, the zygote is killed, and the attempt (whose spec no
+        # wrapper took) starts through bootstrap.sh instead; no second copy of it runs
+        os.kill(replaced, signal.SIGSTOP)
+        third = await c.submit_custom(WAITING)
+        out = out_dir(c, third.job_id)
+        await wait_file(out / "parents.json", c, third.job_id)
+        parents = read_json(out / "parents.json")
+        assert parents["wrapper_cmdline"][:2] == ["sh", "-c"], parents
+        await _until(lambda: _gone(replaced))
+        (out / "release").touch()
+        done = await finish(c, third.job_id)
+        assert done.state == st.JOB_STATE_SUCCEEDED, await c.logs(third.job_id)
+        assert "\n".join(await c.logs(third.job_id)).count("released") == 1
+        assert not list((c.root / "executor" / "zygote").iterdir())  # its spec was taken back

@@ -1,0 +1,132 @@
+"""The pre-forked runner (executor_svc/local/zygote.py, capsule/runner/zygote.py) shares nothing of
+one tenant with the next.
+
+With job uids, every attempt's runner is forked from one warm process per runner venv, which runs
+as root. The hostile tenant is bob's job: its runner is a copy of that process, so whatever the
+zygote ever held of alice's job (her environment, her job's id) would be in bob's runner too.
+The test reads the zygote's whole writable memory, as root, after alice's job started, and finds
+nothing of hers there (and does find what it must hold: the spec directory's path). Bob's job
+also tries what it can reach: the spec files (in a directory only root enters), its own runner's
+memory and environment (not dumpable), and the zygote (root: no signal, no memory).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import secrets
+
+from starforge_api.job.v1 import job_state_pb2 as st
+
+from tests.security.isolation_support import finish, isolated_console, out_dir, read_json, state_dir, submit, user
+
+PROBE = r"""#!/bin/sh
+set -u
+python3 - "$FORGE_OUT_DIR/probe.json" "$PPID" "{specs}" <<'PY'
+import json, os, signal, sys
+out, runner, specs = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def ppid(pid):
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        raw = f.read()
+    return int(raw[raw.rfind(b")") + 2 :].split()[1])
+
+def cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")[:-1]
+
+def attempt(fn):
+    try:
+        fn()
+        return "done"
+    except OSError as exc:
+        return exc.strerror
+
+def read(path):
+    with open(path, "rb") as f:
+        f.read(1)
+
+wrapper = ppid(runner)
+zygote = ppid(wrapper)
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+result = {
+    "uid": os.getuid(),
+    "groups": os.getgroups(),
+    "no_new_privs": status["NoNewPrivs"].strip(),
+    "runner": runner,
+    "runner_cmdline": cmdline(runner),
+    "wrapper": wrapper,
+    "zygote": zygote,
+    "zygote_cmdline": cmdline(zygote),
+    "list specs": attempt(lambda: os.listdir(specs)),
+    "read runner environ": attempt(lambda: read(f"/proc/{runner}/environ")),
+    "read runner memory": attempt(lambda: read(f"/proc/{runner}/mem")),
+    "read zygote memory": attempt(lambda: read(f"/proc/{zygote}/mem")),
+    "signal zygote": attempt(lambda: os.kill(zygote, signal.SIGSTOP)),
+    "signal wrapper": attempt(lambda: os.kill(wrapper, signal.SIGKILL)),
+}
+json.dump(result, open(out, "w"))
+PY
+"""
+
+
+def _writable_memory(pid: int) -> bytes:
+    """Every private writable mapping of `pid` (its heap, stacks, data), read as root."""
+    chunks = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            fields = line.split()
+            if not fields[1].startswith("rw"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(start)
+                chunks.append(mem.read(end - start))
+            except OSError:  # [vvar] and the like
+                continue
+    return b"".join(chunks)
+
+
+async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
+    async with isolated_console() as c:
+        alice, bob = await user(c, "alice"), await user(c, "bob")
+        specs = state_dir(c) / "zygote"
+        marker = f"alice-secret-{secrets.token_hex(12)}"
+        probe = PROBE.replace("{specs}", str(specs))
+        victim = await alice.submit_custom(probe, env={"ALICE_MARKER": marker})
+        done = await finish(alice, victim.job_id)
+        assert done.state == st.JOB_STATE_SUCCEEDED, await alice.logs(victim.job_id)
+        attack = await submit(bob, probe)
+        done = await finish(bob, attack.job_id)
+        assert done.state == st.JOB_STATE_SUCCEEDED, await bob.logs(attack.job_id)
+
+        seen = [read_json(out_dir(c, job.job_id) / "probe.json") for job in (victim, attack)]
+        venvs = state_dir(c) / "pex-shared" / "venvs"
+        for report in seen:
+            # each job's runner was forked (its parent: a wrapper, whose parent is the zygote) ...
+            assert report["runner_cmdline"] == report["zygote_cmdline"], report
+            python, flag, entry = report["zygote_cmdline"]
+            assert flag == "-I" and pathlib.Path(entry).is_relative_to(venvs), report
+            assert python == str(pathlib.Path(entry).parent / "bin" / "python"), report
+            # ... and dropped to the job's own uid, without groups, for good
+            assert report["uid"] not in (0, os.getuid()) and report["groups"] == [], report
+            assert report["no_new_privs"] == "1", report
+            for what in ("list specs", "read runner environ", "read runner memory", "read zygote memory"):
+                assert report[what] == "Permission denied", (what, report)
+            for what in ("signal zygote", "signal wrapper"):
+                assert report[what] == "Operation not permitted", (what, report)
+        assert seen[0]["zygote"] == seen[1]["zygote"], seen  # one zygote for both tenants
+        zygote = seen[0]["zygote"]
+        assert pathlib.Path(f"/proc/{zygote}").stat().st_uid == 0
+        os.kill(zygote, 0)  # still there: bob's SIGSTOP was refused, the test's signal 0 is not
+
+        memory = _writable_memory(zygote)
+        assert str(specs).encode() in memory  # the scan does see the zygote's own strings
+        for secret in (marker, victim.job_id):
+            assert secret.encode() not in memory, f"the zygote's memory holds {secret!r}"
+        # the specs were taken and deleted by the wrappers; only root may enter their directory
+        assert list(specs.iterdir()) == []
+        assert specs.stat().st_uid == 0 and specs.stat().st_mode & 0o777 == 0o700
+        status = pathlib.Path(f"/proc/{zygote}/status").read_text()
+        assert re.search(r"^State:\s+S", status, re.M), status  # sleeping on its input, not stopped
