@@ -58,11 +58,17 @@ TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
 
 
 def cpu_seconds(pid: int, children: bool = False) -> float:
-    """User + system CPU seconds of `pid` (and of the children it waited for)."""
+    """User + system CPU seconds of `pid`; with `children`, also of the children it waited for
+    and of those still running with theirs (the executor's pre-forked runner, whose wrappers it
+    waits for itself)."""
     with contextlib.suppress(OSError, IndexError, ValueError):
         f = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
-        return ticks / os.sysconf("SC_CLK_TCK")
+        own = ticks / os.sysconf("SC_CLK_TCK")
+        if not children:
+            return own
+        kids = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return own + sum(cpu_seconds(int(k), children=True) for k in kids)
     return 0.0
 
 
@@ -146,7 +152,8 @@ async def _ours(console: Console) -> dict[str, Any]:
         "latency": summary(latencies),
         "queued_to_running": summary(queued_to_running),
         "running_to_succeeded": summary(running_to_done),
-        # the executor's "with_children" includes the attempts (bootstrap.sh, runner, train.sh) it waited for
+        # "with_children": the process's whole tree, so the control plane's includes the executor's;
+        # the executor's includes the attempts (a pre-forked runner's wrappers, or bootstrap.sh's)
         "cpu_s": {
             name: round(b - a, 1)
             for name, a, b in zip(

@@ -3,15 +3,16 @@
 The floor of the design the process runtime now has with job uids (the pre-forked runner,
 executor_svc/local/zygote.py; docs/benchmarks.md, **throughput**): what an attempt of `true` costs
 when the runner is not started afresh (two interpreter starts and the runner's imports) but forked
-from a warm process per node, without the wrapper and privilege drop the real one adds. Like bench/capsule_cpu.py, this tree's capsule is
-laid out as an executor would and its runner venv installed once; then one "zygote" is started
-from that venv's Python with the runner imported (boot's preloads, the runner, its ingest sender),
-and for each attempt it forks a child that hashes the capsule's listed files (what bootstrap's
-integrity check reads), takes the attempt's environment and runs the runner's `main` against the
-capsule tests' IngestService, exactly as a started runner would, with train.sh `true`. Per attempt:
-the CPU of that child and everything it waited for (the zygote's RUSAGE_CHILDREN). The same
-attempts through `sh bootstrap.sh` are measured alternately for comparison. Prints the medians.
-No privilege drop, no wrapper: a floor, not a runtime.
+from a warm process per node. Like bench/capsule_cpu.py, this tree's capsule is laid out as an
+executor would and its runner venv installed once; then one "zygote" is started from that venv's
+Python with what the real zygote preloads (`sfrunner.zygote.preload`: the runner, its ingest
+sender, the adapters, the messages' descriptions), and for each attempt it forks a child that
+hashes the capsule's listed files (what bootstrap's integrity check reads), takes the attempt's
+environment and runs the runner's `main` against the capsule tests' IngestService, exactly as a
+started runner would, with train.sh `true`. Per attempt: the CPU of that child and everything it
+waited for (the zygote's RUSAGE_CHILDREN). The same attempts through `sh bootstrap.sh` are
+measured alternately for comparison. Prints the medians.
+No privilege drop, no wrapper (the real one adds both): a floor, not a runtime.
 """
 
 from __future__ import annotations
@@ -34,13 +35,9 @@ TRAIN_SH = "#!/usr/bin/env bash\ntrue\n"
 PATH = "/usr/bin:/bin"
 ZYGOTE = r"""
 import hashlib, json, os, resource, sys
-from sfrunner import boot
-for name in boot.LAZY:
-    boot.import_lazily(name)
-boot.preload_messages_runtime()
-boot.preload_client_stubs()
+from sfrunner import zygote
+zygote.preload()  # what the real zygote imports and describes before it forks
 from sfrunner import main as runner
-from sfrunner import ingest  # noqa: F401 - imported by the runner after the command starts
 print("ready", flush=True)
 for line in sys.stdin:
     job = json.loads(line)
