@@ -1,8 +1,9 @@
 """End-to-end throughput: 1,000 trivial jobs submitted at once by 8 clients, until all SUCCEEDED.
 
-Ours: the real embedded console (`sf up`: control plane + local executor, process runtime, its
-default CPU slots: one per core, at least 4; `STARFORGE_BENCH_SLOTS=N` sets the `slots` of
-executor.yaml's cpu series, as a user edits it), SQLite ledger. The workspace of a custom/custom
+Ours: the real embedded console (`sf up`: control plane + local executor, process runtime, SQLite
+ledger) with 16 CPU slots, as many jobs at once as the Slurm peer's two nodes of 8 CPUs run
+(`STARFORGE_BENCH_SLOTS=N` sets the `slots` of executor.yaml's cpu series, as a user edits it;
+0: `sf up`'s default, one per core and at least 4). The workspace of a custom/custom
 job whose train.sh is `true` is uploaded once; then 8 clients (one gRPC channel each) submit
 their share of the jobs one after another, all 8 at the same time. A job's submit time is taken
 on the client right before its
@@ -49,7 +50,8 @@ from common.channel import aio_channel
 
 # STARFORGE_BENCH_E2E_JOBS sets the number in quick mode too (24 there unless it does)
 JOBS = int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "24" if QUICK else "1000"))
-SLOTS = int(os.environ.get("STARFORGE_BENCH_SLOTS", "0"))  # 0: sf up's default
+# the Slurm peer's CPUs (2 nodes x 8): the same number of jobs at once; 0: sf up's default
+SLOTS = int(os.environ.get("STARFORGE_BENCH_SLOTS", "16"))
 CLIENTS = 8
 TIMEOUT_S = 1800.0
 STALL_S = 120.0  # no job ended for this long: something is stuck
@@ -286,7 +288,7 @@ def run() -> list[Result]:
     return [
         Result(
             name="throughput-ray",
-            metric=f"jobs SUCCEEDED/s, {load}, local fleet (process runtime)",
+            metric=f"jobs SUCCEEDED/s, {load}, local fleet (process runtime, {SLOTS or 'default'} slots)",
             figure=ours["per_s"],
             unit="jobs/s",
             peer=f"Ray {ray.get('ray_version', '')} Jobs, local head, {CLIENTS} clients" if ray else PEER_NOT_RUN,
