@@ -74,7 +74,7 @@ def preload() -> None:
 
 def _describe_messages() -> None:
     """betterproto2 describes a message class (its fields' types, from typing.get_type_hints) the
-    first time the class is used, in every process: a fifth of a forked runner's CPU. Done here
+    first time the class is used, in every process: a third of a forked runner's profiled time. Done here
     once for every generated message class, each fork inherits the descriptions."""
     import betterproto2
 
