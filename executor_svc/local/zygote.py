@@ -133,7 +133,7 @@ class Zygote:
             raise ZygoteGone(f"answered {answer!r}") from None
 
     def _abandon(self) -> None:
-        """SIGKILL now, without waiting (asyncio reaps it)."""
+        """SIGKILL now, without waiting (asyncio reaps it); for a caller being cancelled."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -194,6 +194,9 @@ class Zygotes:
             zygote = Zygote(venv, self._spec_dir)
             try:
                 await zygote.start()
+            except asyncio.CancelledError:  # the launch that started it went: so does the zygote
+                zygote._abandon()
+                raise
             except (OSError, ZygoteGone) as exc:
                 log.warning("no pre-forked runner for %s (%s); attempts start through bootstrap.sh", venv, exc)
                 self._failed_at[venv] = time.monotonic()
