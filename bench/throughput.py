@@ -69,7 +69,9 @@ def cpu_seconds(pid: int, children: bool = False) -> float:
         own = ticks / os.sysconf("SC_CLK_TCK")
         if not children:
             return own
-        kids = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        kids: list[str] = []
+        with contextlib.suppress(OSError):  # gone meanwhile: its own figure still counts
+            kids = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         return own + sum(cpu_seconds(int(k), children=True) for k in kids)
     return 0.0
 
