@@ -15,26 +15,33 @@ from typing import Any
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from control import embedded
+from executor_svc.local.process_runtime import _proc_stat
 from tests.integration.console import start_executor_process
-from tests.security.isolation_support import attempt_dir, finish, isolated_console, out_dir, read_json, wait_file
+from tests.security.isolation_support import (
+    PROC_READERS,
+    attempt_dir,
+    finish,
+    isolated_console,
+    out_dir,
+    read_json,
+    wait_file,
+)
 
 # Reports the runner's parent (the wrapper) and its parent, then waits for `release`.
-WAITING = r"""#!/bin/sh
+WAITING = (
+    r"""#!/bin/sh
 python3 - "$FORGE_OUT_DIR/parents.json" "$PPID" <<'PY'
 import json, sys
-def parent(pid):
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        raw = f.read()
-    return int(raw[raw.rfind(b")") + 2 :].split()[1])
-def cmdline(pid):
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return f.read().decode().split("\0")[:-1]
+"""
+    + PROC_READERS
+    + r"""
 wrapper = parent(int(sys.argv[2]))
 json.dump({"wrapper": wrapper, "wrapper_cmdline": cmdline(wrapper), "zygote": parent(wrapper)}, open(sys.argv[1], "w"))
 PY
 while [ ! -e "$FORGE_OUT_DIR/release" ]; do sleep 0.1; done
 echo released
 """
+)
 
 
 def _reaped(pid: int) -> bool:
@@ -49,11 +56,8 @@ def _forked(parents: dict[str, Any]) -> bool:
 
 
 def _gone(pid: int) -> bool:
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state in (b"Z", b"X")
+    fields = _proc_stat(pid)
+    return fields is None or fields[0] in ("Z", "X")
 
 
 async def _until(predicate: object, timeout: float = 30.0) -> None:
@@ -121,10 +125,8 @@ async def test_a_killed_zygote_is_replaced_and_a_stuck_one_costs_only_the_usual_
         replaced = parents["zygote"]
         assert replaced != zygote and not _gone(replaced)
         assert c.executor is not None
-        assert (
-            pathlib.Path(f"/proc/{replaced}/stat").read_bytes().rsplit(b")", 1)[1].split()[1]
-            == str(c.executor.pid).encode()
-        )  # the executor's own child, the one this test then stops
+        fields = _proc_stat(replaced)
+        assert fields is not None and int(fields[1]) == c.executor.pid  # the executor's child, stopped below
         (out_dir(c, second.job_id) / "release").touch()
         assert (await finish(c, second.job_id)).state == st.JOB_STATE_SUCCEEDED
 

@@ -30,6 +30,19 @@ from tests.integration.console import Console, console
 
 TERMINAL = (job_state_pb2.JOB_STATE_SUCCEEDED, job_state_pb2.JOB_STATE_FAILED, job_state_pb2.JOB_STATE_STOPPED)
 
+# Python for a job's own probe (inside its train.sh): a process's parent pid and command line, as
+# the job's uid reads them from /proc.
+PROC_READERS = r"""
+def parent(pid):
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        raw = f.read()
+    return int(raw[raw.rfind(b")") + 2 :].split()[1])
+
+def cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")[:-1]
+"""
+
 
 def uid_range() -> list[int]:
     """64 uids of their own for one console."""

@@ -19,23 +19,23 @@ import secrets
 
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from tests.security.isolation_support import finish, isolated_console, out_dir, read_json, state_dir, submit, user
+from tests.security.isolation_support import (
+    PROC_READERS,
+    finish,
+    isolated_console,
+    out_dir,
+    read_json,
+    state_dir,
+    submit,
+    user,
+)
 
 PROBE = r"""#!/bin/sh
 set -u
 python3 - "$FORGE_OUT_DIR/probe.json" "$PPID" "{specs}" <<'PY'
 import json, os, signal, sys
 out, runner, specs = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-
-def ppid(pid):
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        raw = f.read()
-    return int(raw[raw.rfind(b")") + 2 :].split()[1])
-
-def cmdline(pid):
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return f.read().decode().split("\0")[:-1]
-
+{proc_readers}
 def attempt(fn):
     try:
         fn()
@@ -47,8 +47,8 @@ def read(path):
     with open(path, "rb") as f:
         f.read(1)
 
-wrapper = ppid(runner)
-zygote = ppid(wrapper)
+wrapper = parent(runner)
+zygote = parent(wrapper)
 status = dict(line.split(":", 1) for line in open("/proc/self/status"))
 result = {
     "uid": os.getuid(),
@@ -93,7 +93,7 @@ async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
         alice, bob = await user(c, "alice"), await user(c, "bob")
         specs = state_dir(c) / "zygote"
         marker = f"alice-secret-{secrets.token_hex(12)}"
-        probe = PROBE.replace("{specs}", str(specs))
+        probe = PROBE.replace("{specs}", str(specs)).replace("{proc_readers}", PROC_READERS)
         victim = await alice.submit_custom(probe, env={"ALICE_MARKER": marker})
         done = await finish(alice, victim.job_id)
         assert done.state == st.JOB_STATE_SUCCEEDED, await alice.logs(victim.job_id)

@@ -10,6 +10,7 @@ import asyncio
 import os
 import pathlib
 import sys
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -47,51 +48,45 @@ def _spec(tmp: pathlib.Path, behaviour: str) -> ZygoteSpec:
     return ZygoteSpec(tmp, tmp / "log", tmp, -1, {"BEHAVIOUR": behaviour})
 
 
-async def test_an_answer_and_the_spec_directory(tmp_path: pathlib.Path) -> None:
-    zygotes = Zygotes(tmp_path)
+@pytest.fixture
+async def zygotes(tmp_path: pathlib.Path) -> AsyncIterator[Zygotes]:
+    """The executor's zygotes for a state dir of the test's own, closed after it."""
+    z = Zygotes(tmp_path)
     try:
-        assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "plain")) == 4343
-        specs = tmp_path / SPEC_DIR
-        assert specs.stat().st_mode & 0o777 == 0o700
-        assert [p.stat().st_mode & 0o777 for p in specs.iterdir()] == [0o600]  # the stand-in leaves it
+        yield z
     finally:
-        await zygotes.close()
+        await z.close()
 
 
-async def test_a_garbled_answer_gives_the_attempt_back(tmp_path: pathlib.Path) -> None:
-    zygotes = Zygotes(tmp_path)
+async def test_an_answer_and_the_spec_directory(zygotes: Zygotes, tmp_path: pathlib.Path) -> None:
+    assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "plain")) == 4343
+    specs = tmp_path / SPEC_DIR
+    assert specs.stat().st_mode & 0o777 == 0o700
+    assert [p.stat().st_mode & 0o777 for p in specs.iterdir()] == [0o600]  # the stand-in leaves it
+
+
+async def test_a_garbled_answer_gives_the_attempt_back(zygotes: Zygotes, tmp_path: pathlib.Path) -> None:
     venv = _venv(tmp_path)
-    try:
-        assert await zygotes.fork(venv, _spec(tmp_path, "garbage")) is None  # start it the usual way
-        assert list((tmp_path / SPEC_DIR).iterdir()) == []  # its spec (and secrets) deleted
-        # and the venv gets no new zygote at once: the next attempt also goes the usual way
-        assert await zygotes.fork(venv, _spec(tmp_path, "plain")) is None
-    finally:
-        await zygotes.close()
+    assert await zygotes.fork(venv, _spec(tmp_path, "garbage")) is None  # start it the usual way
+    assert list((tmp_path / SPEC_DIR).iterdir()) == []  # its spec (and secrets) deleted
+    # and the venv gets no new zygote at once: the next attempt also goes the usual way
+    assert await zygotes.fork(venv, _spec(tmp_path, "plain")) is None
 
 
-async def test_a_spec_taken_before_the_zygote_died_stays_taken(tmp_path: pathlib.Path) -> None:
-    zygotes = Zygotes(tmp_path)
-    try:
-        # a wrapper has the attempt: its pid will come from wrapper.pid; never a second start
-        assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "claim")) == 0
-    finally:
-        await zygotes.close()
+async def test_a_spec_taken_before_the_zygote_died_stays_taken(zygotes: Zygotes, tmp_path: pathlib.Path) -> None:
+    # a wrapper has the attempt: its pid will come from wrapper.pid; never a second start
+    assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "claim")) == 0
 
 
-async def test_a_cancelled_fork_leaves_no_answer_for_the_next_one(tmp_path: pathlib.Path) -> None:
-    zygotes = Zygotes(tmp_path)
+async def test_a_cancelled_fork_leaves_no_answer_for_the_next_one(zygotes: Zygotes, tmp_path: pathlib.Path) -> None:
     venv = _venv(tmp_path)
-    try:
-        slow = asyncio.ensure_future(zygotes.fork(venv, _spec(tmp_path, "slow")))
-        await asyncio.sleep(0.3)
-        slow.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await slow
-        # the late 4242 must not become this attempt's pid: that zygote was killed, a new one answers
-        assert await zygotes.fork(venv, _spec(tmp_path, "plain")) == 4343
-    finally:
-        await zygotes.close()
+    slow = asyncio.ensure_future(zygotes.fork(venv, _spec(tmp_path, "slow")))
+    await asyncio.sleep(0.3)
+    slow.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await slow
+    # the late 4242 must not become this attempt's pid: that zygote was killed, a new one answers
+    assert await zygotes.fork(venv, _spec(tmp_path, "plain")) == 4343
 
 
 async def test_close_ends_the_zygote(tmp_path: pathlib.Path) -> None:
