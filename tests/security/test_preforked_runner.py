@@ -16,6 +16,9 @@ import os
 import pathlib
 import re
 import secrets
+import shutil
+import sys
+import tempfile
 
 from starforge_api.job.v1 import job_state_pb2 as st
 
@@ -130,3 +133,35 @@ async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
         assert specs.stat().st_uid == 0 and specs.stat().st_mode & 0o777 == 0o700
         status = pathlib.Path(f"/proc/{zygote}/status").read_text()
         assert re.search(r"^State:\s+S", status, re.M), status  # sleeping on its input, not stopped
+
+
+async def test_a_jobs_own_variables_cannot_point_the_pre_forked_runner_at_its_code() -> None:
+    """Bob names a venv of his own (world-writable, its `pex` writes a marker) in the variables
+    the executor uses to pick and start a runner: FORGE_PEX_VENV, PEX_MODULE, FORGE_ZYGOTE_SPECS.
+    His runner must still be the shared venv's, and his code must never run."""
+    evil = pathlib.Path(tempfile.mkdtemp(prefix="sf-evil-venv-", dir="/tmp"))
+    marker = evil / "ran"
+    try:
+        evil.chmod(0o777)
+        (evil / "bin").mkdir()
+        (evil / "bin" / "python").symlink_to(sys.executable)
+        (evil / "pex").write_text(f"open({str(marker)!r}, 'w').write(str(__import__('os').getuid()))\n")
+        probe = (
+            "#!/bin/sh\n"
+            'python3 - "$FORGE_OUT_DIR/runner" "$PPID" <<\'PY\'\nimport sys\n'
+            + PROC_READERS
+            + '\nopen(sys.argv[1], "w").write("\\n".join(cmdline(int(sys.argv[2]))))\nPY\n'
+        )
+        async with isolated_console() as c:
+            bob = await user(c, "bob")
+            planted = {"FORGE_PEX_VENV": str(evil), "PEX_MODULE": "os:getcwd", "FORGE_ZYGOTE_SPECS": str(evil)}
+            job = await bob.submit_custom(probe, env=planted)
+            done = await finish(bob, job.job_id)
+            assert done.state == st.JOB_STATE_SUCCEEDED, await bob.logs(job.job_id)
+            python, flag, entry = (out_dir(c, job.job_id) / "runner").read_text().split("\n")
+            shared = state_dir(c) / "pex-shared" / "venvs"
+            assert flag == "-I" and pathlib.Path(entry).is_relative_to(shared), (python, entry)
+            assert not marker.exists(), marker.read_text()
+            assert sorted(p.name for p in evil.iterdir()) == ["bin", "pex"]  # no spec went there
+    finally:
+        shutil.rmtree(evil, ignore_errors=True)
