@@ -20,7 +20,9 @@ own and live on; the next executor finds them by ``wrapper.pid`` and their worki
 (the attempt's), and reads ``exit_code`` as for the `sh` wrapper. A zygote that cannot start or
 stops answering is killed (by its pid); the attempt goes the usual way, and the venv gets a new
 zygote no sooner than RETRY_SECONDS later. One that died (killed by someone, out of memory) is
-replaced at the next launch.
+replaced at the next launch. One that no attempt used for IDLE_SECONDS is stopped at the next
+launch for another venv: after an upgrade of the runner, the old runner's zygote would otherwise
+hold its memory until the executor stops.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ START_TIMEOUT_S = 120.0  # the runner's imports, once per venv, on a loaded node
 FORK_TIMEOUT_S = 10.0
 RETRY_SECONDS = 60.0
 STALE_SPEC_SECONDS = 60.0  # a spec an earlier executor's zygote never forked for (it holds secrets)
+IDLE_SECONDS = 600.0  # a zygote unused this long is stopped when another venv's launches
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,12 @@ class Zygote:
         self._spec_dir = spec_dir
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
+        self.used_at = time.monotonic()  # its start or its last fork
+
+    @property
+    def busy(self) -> bool:
+        """A fork is being asked of it."""
+        return self._lock.locked()
 
     @property
     def pid(self) -> int | None:
@@ -108,6 +117,7 @@ class Zygote:
 
     async def fork(self, name: str) -> int:
         """The pid of the wrapper forked for the spec file `name`."""
+        self.used_at = time.monotonic()
         async with self._lock:
             if self._proc is None or self._proc.returncode is not None or self._proc.stdin is None:
                 raise ZygoteGone("not running")
@@ -159,8 +169,9 @@ class Zygote:
 class Zygotes:
     """The zygotes of one executor, one per shared runner venv, started on first use."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, idle_seconds: float = IDLE_SECONDS) -> None:
         self._spec_dir = state_dir / SPEC_DIR
+        self._idle_seconds = idle_seconds
         self._zygotes: dict[str, Zygote] = {}
         self._failed_at: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -216,6 +227,7 @@ class Zygotes:
         except OSError as exc:
             log.warning("no pre-forked runners: %s", exc)
             return None
+        self._stop_idle(keep=venv)
         zygote = await self._zygote(venv)
         if zygote is None:
             return None
@@ -239,6 +251,17 @@ class Zygotes:
                 return 0
             log.warning("the pre-forked runner for %s failed (%s); this attempt starts through bootstrap.sh", venv, exc)
             return None
+
+    def _stop_idle(self, keep: str) -> None:
+        """Stop (SIGKILL, our own child by its pid) the zygotes of other venvs that no attempt used
+        for `idle_seconds`: the wrappers they forked lead sessions of their own and live on."""
+        now = time.monotonic()
+        for venv, zygote in list(self._zygotes.items()):
+            if venv == keep or zygote.busy or now - zygote.used_at < self._idle_seconds:
+                continue
+            log.info("stopping the pre-forked runner for %s: unused for %.0f s", venv, now - zygote.used_at)
+            del self._zygotes[venv]
+            zygote._abandon()
 
     async def close(self) -> None:
         for zygote in self._zygotes.values():

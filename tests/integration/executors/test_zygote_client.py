@@ -10,6 +10,7 @@ import asyncio
 import os
 import pathlib
 import sys
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -100,3 +101,39 @@ async def test_close_ends_the_zygote(tmp_path: pathlib.Path) -> None:
         assert pid is not None
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+async def _reaped(pid: int, within: float = 10.0) -> bool:
+    """The process `pid` is gone (killed and reaped: a zombie still answers signal 0)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_an_idle_zygote_of_another_venv_is_stopped(tmp_path: pathlib.Path) -> None:
+    # after an upgrade of the runner the old venv's zygote is never asked again: it must not keep
+    # its memory until the executor stops
+    zygotes = Zygotes(tmp_path, idle_seconds=0.5)
+    try:
+        old, new = _venv(tmp_path / "old"), _venv(tmp_path / "new")
+        assert await zygotes.fork(old, _spec(tmp_path, "plain")) == 4343
+        old_pid = zygotes._zygotes[old].pid
+        assert old_pid is not None
+        assert await zygotes.fork(new, _spec(tmp_path, "plain")) == 4343
+        assert zygotes._zygotes[old].pid == old_pid  # used a moment ago: kept
+        await asyncio.sleep(0.7)
+        assert await zygotes.fork(new, _spec(tmp_path, "plain")) == 4343  # idle as long: kept, it is asked
+        assert old not in zygotes._zygotes
+        assert await _reaped(old_pid), f"the idle zygote {old_pid} is still there"
+        new_pid = zygotes._zygotes[new].pid
+        assert new_pid is not None and await _reaped(new_pid, within=0.2) is False
+        # the old venv asked again: a zygote of its own again
+        assert await zygotes.fork(old, _spec(tmp_path, "plain")) == 4343
+        assert zygotes._zygotes[old].pid not in (None, old_pid)
+    finally:
+        await zygotes.close()
