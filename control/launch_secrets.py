@@ -30,15 +30,28 @@ def stored_form(request: lr.LaunchRequest) -> bytes:
     return stored.SerializeToString()
 
 
-def resolve_launch(s: Session, attempt: m.Attempt, keyring: secrets.Keyring | None = None) -> lr.LaunchRequest:
+def resolve_launch(
+    s: Session,
+    attempt: m.Attempt,
+    keyring: secrets.Keyring | None = None,
+    *,
+    built: tuple[lr.LaunchRequest, m.Job] | None = None,
+) -> lr.LaunchRequest:
     """The LaunchRequest to send for `attempt`: its stored form plus a new run token and the values of
     the secrets its job names (`control.secrets`; FailedPrecondition when one is gone).
 
+    `built`: the request the caller has just stored for the attempt (it gets the credentials in
+    place) and the attempt's job, so that a claim does not parse back what it built nor read the
+    job again.
+
     The deployment's own credentials (its HuggingFace token) are never part of it: they serve the
     control plane (the admission precheck), not the code inside jobs."""
-    request = lr.LaunchRequest()
-    request.ParseFromString(attempt.launch)
-    job = jobs.get_job(s, attempt.job_id)
+    if built is not None:
+        request, job = built
+    else:
+        request = lr.LaunchRequest()
+        request.ParseFromString(attempt.launch)
+        job = jobs.get_job(s, attempt.job_id)
     values = secrets.resolve_secret_env(s, job, keyring or secrets.Keyring(None))
     secrets.name_secret_env(request, values)
     request.secret_env.clear()
@@ -49,11 +62,17 @@ def resolve_launch(s: Session, attempt: m.Attempt, keyring: secrets.Keyring | No
     return request
 
 
-def send_form_or_fail(s: Session, attempt: m.Attempt, keyring: secrets.Keyring) -> bytes | None:
+def send_form_or_fail(
+    s: Session,
+    attempt: m.Attempt,
+    keyring: secrets.Keyring,
+    *,
+    built: tuple[lr.LaunchRequest, m.Job] | None = None,
+) -> bytes | None:
     """`resolve_launch` serialized, or None after failing the attempt as a precheck when it cannot be
     resolved (a secret the job names was deleted, or the console lost its secrets key)."""
     try:
-        return resolve_launch(s, attempt, keyring).SerializeToString()
+        return resolve_launch(s, attempt, keyring, built=built).SerializeToString()
     except errors.StarforgeError as e:
         job = jobs.get_job(s, attempt.job_id, for_update=True)
         outcomes.finish_attempt(

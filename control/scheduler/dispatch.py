@@ -202,7 +202,7 @@ class Scheduler:
             return None
         launch = self._launch_request(s, job, attempt, recipe)
         attempt.launch = launch_secrets.stored_form(launch)
-        data = launch_secrets.send_form_or_fail(s, attempt, self.ctx.keyring)
+        data = launch_secrets.send_form_or_fail(s, attempt, self.ctx.keyring, built=(launch, job))
         if data is None:
             return None
         _record_digests(job, attempt, launch)
