@@ -18,7 +18,18 @@ import time
 import traceback
 from collections.abc import Callable
 
-from bench.common import NO_PEER, QUICK, SOURCE_TREES, WORK, Result, compile_sources, log, machine, pinning
+from bench.common import (
+    NO_PEER,
+    QUICK,
+    SOURCE_TREES,
+    WORK,
+    Result,
+    compile_sources,
+    log,
+    machine,
+    pinning,
+    settle,
+)
 
 MODULES = {
     "submit": "bench.submit",
@@ -105,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     for name in names:
         run: Callable[[], list[Result]] = importlib.import_module(MODULES[name]).run
+        settled = settle()
+        if settled["settle_s"] >= 3:
+            log(f"{name}: waited {settled['settle_s']:.0f} s for a quiet machine (busy {settled['busy_before']:.0%})")
         t0 = time.monotonic()
         try:
             rows = run()
@@ -115,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             if not r.peer and r.ratio is None and not r.ratio_note:
                 r.ratio_note = NO_PEER
+            r.details.update(settled)
             r.details["load_after"] = machine()["load"]
             r.details.update(pinning())
             r.details["seconds"] = round(time.monotonic() - t0, 1)

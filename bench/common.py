@@ -160,6 +160,51 @@ def loadavg() -> tuple[float, float, float]:
     return round(one, 2), round(five, 2), round(fifteen, 2)
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, all) CPU seconds the whole machine has spent since boot, over every core, from
+    /proc/stat (idle and iowait are not busy). Two readings give how many cores were busy between
+    them, whoever's processes they were: a peer's daemons included."""
+    fields = [int(x) for x in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    tick = os.sysconf("SC_CLK_TCK")
+    total = sum(fields)
+    return (total - fields[3] - fields[4]) / tick, total / tick
+
+
+def cores_busy(before: tuple[float, float], after: tuple[float, float], wall: float) -> float:
+    """How many cores were busy on average between two `machine_cpu` readings `wall` seconds apart."""
+    return (after[0] - before[0]) / wall if wall > 0 else 0.0
+
+
+def busy_fraction(seconds: float = 1.0) -> float:
+    """The share of the machine's CPU time (all cores) that was not idle over `seconds`: 0.0 is a
+    quiet machine, 1.0 every core busy."""
+    busy0, all0 = machine_cpu()
+    time.sleep(seconds)
+    busy1, all1 = machine_cpu()
+    return (busy1 - busy0) / (all1 - all0) if all1 > all0 else 0.0
+
+
+SETTLE_BUSY = float(os.environ.get("STARFORGE_BENCH_SETTLE_BUSY", "0.15"))
+SETTLE_MAX_S = float(os.environ.get("STARFORGE_BENCH_SETTLE_MAX_S", "0" if QUICK else "90"))
+SETTLE_SAMPLE_S = 0.2 if QUICK else 1.0
+
+
+def settle() -> dict[str, float]:
+    """Waits until the machine is quiet before a row: two samples in a row (of a second each)
+    under SETTLE_BUSY of its CPU busy, at most SETTLE_MAX_S; in quick mode one short sample and no
+    wait. A row that follows a heavy one (the 10,000 followers, the throughput storm) otherwise
+    starts while the last row's processes are still exiting and the kernel is still writing their
+    files back, and measures that instead of itself. Returns how long it waited and how busy the
+    machine was when the row began (recorded in the row's details)."""
+    t0 = time.monotonic()
+    quiet = 0
+    while True:
+        busy = busy_fraction(SETTLE_SAMPLE_S)
+        quiet = quiet + 1 if busy < SETTLE_BUSY else 0
+        if quiet >= 2 or time.monotonic() - t0 >= SETTLE_MAX_S:
+            return {"settle_s": round(time.monotonic() - t0, 1), "busy_before": round(busy, 3)}
+
+
 # The project's own packages, as an installed StarForge has them (pip byte-compiles what it
 # installs; this checkout's editable install does not, and a shell with PYTHONDONTWRITEBYTECODE=1
 # never writes them, so every `sf` and console start would compile its modules again).

@@ -11,7 +11,9 @@ tail_lines=1)` streams each (what `sf job logs -f` and the web console open), 10
 spread evenly over the runs (100 followers per run). Each line received is stamped on arrival;
 latency is arrival minus the time printed in it (same clock, same machine), for lines printed in
 the measuring window. Once every follower has received a line, the window starts; the console's
-RSS and CPU are sampled every second through it.
+RSS and CPU are sampled every second through it. When not every follower has a line after
+CONNECT_S, the window starts with those that have (the others keep trying): the row's name then
+says how many were connected, and it is not met.
 
 The load generators run on the same cores as the console, so their own lag is in the latency;
 they run with the garbage collector's serving settings (`common.gc_tuning`), as the servers do:
@@ -53,6 +55,10 @@ STREAMS_PER_CHANNEL = 100
 INTERVAL_S = 1.0
 BACKOFF_INITIAL_S, BACKOFF_CEILING_S = 0.5, 5.0  # cli.follow.Backoff's
 MEASURE_S = 5.0 if QUICK else 30.0
+# How long the followers have to all get a line. A console that cannot hold them all (on a small
+# machine grpc.aio accepts new calls only between the turns of a loop busy with the streams it
+# already has) is measured with those that did connect: the row says how many, and is not met.
+CONNECT_S = float(os.environ.get("STARFORGE_BENCH_FOLLOWERS_CONNECT_S", "60" if QUICK else "240"))
 FLEET = "bench-elsewhere"  # not configured on the console: the reconciler leaves these attempts alone
 
 
@@ -268,19 +274,24 @@ def _measure(pid: int, address: str, token: str, job_ids: list[str], ctx: Any, q
     ready = [0] * FOLLOWER_PROCS
     results: list[tuple[list[float], list[str]]] = []
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + CONNECT_S
         said = time.monotonic()
-        while sum(ready) < FOLLOWERS:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {sum(ready)} of {FOLLOWERS} followers got a line within 600 s")
-            kind, *rest = queue.get(timeout=600)
+        while sum(ready) < FOLLOWERS and time.monotonic() < deadline:
+            kind, *rest = queue.get(timeout=CONNECT_S + 60)
             if kind == "ready":
                 ready[rest[0]] = rest[1]
                 if time.monotonic() - said > 10:
                     said = time.monotonic()
                     log(f"followers: {sum(ready)} of {FOLLOWERS} have a line; errors {rest[2]} {rest[3]}")
         connect_s = time.monotonic() - t0
-        log(f"followers: {FOLLOWERS} streams have a line after {connect_s:.0f} s; measuring {MEASURE_S:.0f} s")
+        connected = sum(ready)
+        if connected < FOLLOWERS:
+            log(
+                f"followers: only {connected} of {FOLLOWERS} streams have a line after {CONNECT_S:.0f} s; "
+                f"measuring those (the others keep trying) for {MEASURE_S:.0f} s"
+            )
+        else:
+            log(f"followers: {FOLLOWERS} streams have a line after {connect_s:.0f} s; measuring {MEASURE_S:.0f} s")
         cpu0, w0 = cpu_seconds(pid), time.monotonic()
         window[0] = time.time()
         samples = []
@@ -301,10 +312,11 @@ def _measure(pid: int, address: str, token: str, job_ids: list[str], ctx: Any, q
                 p.kill()
     latencies = [x for lat, _ in results for x in lat]
     errors = [e for _, errs in results for e in errs]
-    expected = FOLLOWERS * MEASURE_S / INTERVAL_S
+    expected = connected * MEASURE_S / INTERVAL_S
     return {
         "runs": RUNS,
         "followers": FOLLOWERS,
+        "connected": connected,
         "connect_s": connect_s,
         "latency": summary(latencies),
         "lines_received": len(latencies),
@@ -341,7 +353,12 @@ def run() -> list[Result]:
         f"p99 {flat['p99'] * 1000:.0f} ms over {floor['lines_received']} lines, connect {floor['connect_s']:.0f} s"
     )
     load = f"{FOLLOWERS:,} follow streams over {RUNS} reporting runs (1 line/s each)"
+    held = ours["connected"] == FOLLOWERS
+    if not held:  # said in the row itself: a figure over fewer streams is not the row's load
+        load += f", only {ours['connected']:,} of them connected"
     floor_name = "floor: bare grpc.aio server, the same followers, one message per line, no ledger"
+    if floor["connected"] < FOLLOWERS:
+        floor_name += f" ({floor['connected']:,} of {FOLLOWERS:,} connected)"
     details = {"ours": ours, "floor": floor}
     return [
         Result(
@@ -354,7 +371,7 @@ def run() -> list[Result]:
             ratio=_over(lat["p99"], flat["p99"]),
             ratio_note="ours / floor, lower is better",
             target="p99 <= 0.200 s",
-            met=lat["p99"] <= 0.2,
+            met=held and lat["p99"] <= 0.2,
             command="python -m bench followers",
             details=details,
         ),
@@ -368,7 +385,7 @@ def run() -> list[Result]:
             ratio=_over(ours["rss_mib_max"], floor["rss_mib_max"]),
             ratio_note="ours / floor, lower is better",
             target="<= 1024 MiB",
-            met=ours["rss_mib_max"] <= 1024,
+            met=held and ours["rss_mib_max"] <= 1024,
             command="python -m bench followers",
             details={"cpu_cores": ours["cpu_cores"], "floor_cpu_cores": floor["cpu_cores"]},
         ),

@@ -36,12 +36,15 @@ from bench.common import (
     QUICK,
     WORK,
     Result,
+    cores_busy,
     fresh_dir,
     loadavg,
     log,
+    machine_cpu,
     ratio_higher_better,
     ratio_lower_better,
     run_peer,
+    settle,
     skip_peer,
     summary,
 )
@@ -96,7 +99,7 @@ async def _ours(console: Console) -> dict[str, Any]:
                 job = await clients[i].submit(spec)
                 submitted[job.job_id] = t0
 
-        t_start = time.time()
+        t_start, machine0 = time.time(), machine_cpu()
         await asyncio.gather(*(client(i, n) for i, n in enumerate(_shares(JOBS, CLIENTS))))
         t_submitted = time.time()
         log(f"throughput: {JOBS} jobs submitted in {t_submitted - t_start:.1f} s; waiting for them to end")
@@ -122,6 +125,7 @@ async def _ours(console: Console) -> dict[str, Any]:
                 last = done
                 await asyncio.sleep(0.2)
             cpu1 = [cpu_seconds(p, children=c) for p in pids for c in (False, True)]
+            machine1, t_end = machine_cpu(), time.time()
             rows = conn.execute(
                 "SELECT job_id, min(at) FROM job_events WHERE to_state = ? GROUP BY job_id", (st.JOB_STATE_SUCCEEDED,)
             ).fetchall()
@@ -154,6 +158,9 @@ async def _ours(console: Console) -> dict[str, Any]:
         "span_s": span,
         "submit_s": t_submitted - t_start,
         "latency": summary(latencies),
+        # the whole machine's cores busy from the first submit to the last end: the bench's
+        # clients included, as they are in the peers' figure
+        "cores_busy": round(cores_busy(machine0, machine1, t_end - t_start), 2),
         "queued_to_running": summary(queued_to_running),
         "running_to_succeeded": summary(running_to_done),
         # "with_children": the process's whole tree, so the control plane's includes the executor's;
@@ -228,7 +235,7 @@ def measure_slurm() -> dict[str, Any]:
                         r = await clients[i].submit(job)
                         submitted[r.job_id] = t0
 
-                t_start = time.time()
+                t_start, machine0 = time.time(), machine_cpu()
                 await asyncio.gather(*(client(i, n) for i, n in enumerate(_shares(JOBS, CLIENTS))))
                 t_submitted = time.time()
                 deadline = time.monotonic() + TIMEOUT_S
@@ -244,6 +251,7 @@ def measure_slurm() -> dict[str, Any]:
                         elif sj.state in {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}:
                             failed[sj.job_id] = sj.state
                     await asyncio.sleep(0.5)
+                machine1, t_end = machine_cpu(), time.time()
             finally:
                 for c in clients:
                     await c.aclose()
@@ -256,6 +264,8 @@ def measure_slurm() -> dict[str, Any]:
                 "span_s": span,
                 "submit_s": t_submitted - t_start,
                 "latency": summary([ended[j] - t0 for j, t0 in submitted.items()]),
+                # slurmctld, slurmd, the job steps and the bench's clients, as for ours
+                "cores_busy": round(cores_busy(machine0, machine1, t_end - t_start), 2),
                 "slurm_version": info.slurm_version,
             }
 
@@ -273,17 +283,22 @@ def _kept(name: str, doc: dict[str, Any]) -> dict[str, Any]:
 def run() -> list[Result]:
     ray: dict[str, Any] | None = None
     slurm: dict[str, Any] | None = None
+    settled: dict[str, float] = {}
     if not skip_peer("throughput"):
         log(f"throughput: Slurm peer ({JOBS} jobs)")
         slurm = _kept("slurm", measure_slurm())
-        log(f"throughput: Slurm {slurm['per_s']:.1f} jobs/s; Ray peer")
+        log(f"throughput: Slurm {slurm['per_s']:.1f} jobs/s ({slurm['cores_busy']} cores busy); Ray peer")
         ray = _kept("ray", measure_ray())
         log(f"throughput: Ray {ray['per_s']:.2f} jobs/s ({ray['succeeded']}/{JOBS} SUCCEEDED); ours")
+        settled = settle()  # the Ray head's teardown must not run into our side
     ours = _kept("ours", measure_ours())
-    log(f"throughput: ours {ours['per_s']:.1f} jobs/s, p99 {ours['latency']['p99']:.1f} s, CPU {ours['cpu_s']}")
+    log(
+        f"throughput: ours {ours['per_s']:.1f} jobs/s ({ours['cores_busy']} cores busy), "
+        f"p99 {ours['latency']['p99']:.1f} s, CPU {ours['cpu_s']}"
+    )
     rate_ray = ratio_higher_better(ours["per_s"], ray["per_s"] if ray else None)
     rate_slurm = ratio_higher_better(ours["per_s"], slurm["per_s"] if slurm else None)
-    details = {"ours": ours, "ray": ray, "slurm": slurm}
+    details = {"ours": ours, "ray": ray, "slurm": slurm, "settled_before_ours": settled}
     load = f"{JOBS:,} trivial jobs, {CLIENTS} clients"
     p99 = ours["latency"]["p99"]
     peer_p99 = {k: (v["latency"]["p99"] if v else None) for k, v in (("ray", ray), ("slurm", slurm))}

@@ -77,6 +77,8 @@ def test_bench_row_harness_runs_in_quick_mode(names: tuple[str, ...], tmp_path: 
         else:
             assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
         assert row["metric"] and row["command"].startswith("python -m bench"), row
+        # the machine was sampled before the row (bench.common.settle): how busy it was is kept
+        assert 0.0 <= row["details"]["busy_before"] <= 1.0 and row["details"]["settle_s"] >= 0, row
     # the table printed at the end names every row
     for row in rows:
         assert row["metric"][:40] in r.stdout, f"{row['metric']!r} not in the printed table"
