@@ -142,11 +142,11 @@ class IngestServicer(pb_grpc.IngestServiceServicer):
     async def _apply_alone(self, attempt_id: str, records: list[pb.Record], scope_attempt_id: str) -> ingest.Applied:
         """Store a batch in a transaction of its own; before a record that ends the attempt, read the
         log tail and diagnose it in a worker thread (bounded input, a time limit), then store the
-        record with that evidence."""
+        record with that evidence. A clean exit (code 0) has nothing to diagnose: no tail is read."""
         total: ingest.Applied | None = None
         for seg in _segments(records) or [[]]:  # an empty batch still gets its ack and signal
             evidence: dict[int, diagnosis.LogEvidence] = {}
-            if seg and bounds.is_ending(seg[0]):
+            if seg and bounds.needs_diagnosis(seg[0]):
                 tail = await self.ctx.db.run(
                     functools.partial(
                         ingest.tail_for_diagnosis, attempt_id=attempt_id, scope_attempt_id=scope_attempt_id

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from starforge_api.ingest.v1 import ingest_service_pb2 as pb
+from starforge_api.job.v1 import job_state_pb2 as st
 from starforge_api.job.v1 import lifecycle_event_pb2 as lc
 from starforge_api.job.v1 import telemetry_pb2
 
@@ -165,3 +166,21 @@ def is_ending(rec: pb.Record) -> bool:
     if rec.WhichOneof("body") != "lifecycle":
         return False
     return rec.lifecycle.phase in (lc.LIFECYCLE_PHASE_COMMAND_EXITED, lc.LIFECYCLE_PHASE_RUNNER_FAILED)
+
+
+def clean_exit(ev: lc.LifecycleEvent) -> bool:
+    """The training command exited 0, not by a signal, and the capsule named no failure class of
+    its own (USER_CODE is its default for any exit and says nothing here): the attempt succeeds, or
+    ends as its job asked (paused, stopped). No diagnosis runs, so its log tail is not read."""
+    return (
+        ev.phase == lc.LIFECYCLE_PHASE_COMMAND_EXITED
+        and ev.HasField("exit_code")
+        and ev.exit_code == 0
+        and not ev.signal
+        and ev.failure_class in (st.FAILURE_CLASS_UNSPECIFIED, st.FAILURE_CLASS_USER_CODE)
+    )
+
+
+def needs_diagnosis(rec: pb.Record) -> bool:
+    """A record that ends the attempt in a way its diagnosis may explain from the log tail."""
+    return is_ending(rec) and not clean_exit(rec.lifecycle)

@@ -112,7 +112,8 @@ def _lifecycle(
             signal=ev.signal,
             known_class=known,
             message=ev.message if known else "",
-            evidence=_evidence(s, job, attempt, evidence),
+            # a clean exit is not diagnosed (outcomes.finish_attempt): its log tail is not read
+            evidence=None if bounds.clean_exit(ev) else _evidence(s, job, attempt, evidence),
             now=at,
         )
     if phase == lc.LIFECYCLE_PHASE_RUNNER_FAILED:

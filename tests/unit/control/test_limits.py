@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from starforge_api.control.v1 import error_reason_pb2 as er
+from starforge_api.ingest.v1 import ingest_service_pb2 as ingest_pb
+from starforge_api.job.v1 import lifecycle_event_pb2 as lc
 from starforge_api.job.v1 import telemetry_pb2
 
 from common import errors
@@ -144,3 +146,32 @@ def test_the_stream_limit_counts_users_personal_streams_and_frees_each_once() ->
 def test_a_negative_stream_limit_is_refused_at_start() -> None:
     with pytest.raises(ConfigError, match="streams_per_user must not be negative"):
         ControlConfig(streams_per_user=-1).validate()
+
+
+@pytest.mark.parametrize(
+    ("event", "clean"),
+    [
+        (dict(phase="COMMAND_EXITED", exit_code=0), True),
+        (dict(phase="COMMAND_EXITED", exit_code=0, failure_class="USER_CODE"), True),  # the capsule's default
+        (dict(phase="COMMAND_EXITED", exit_code=1), False),
+        (dict(phase="COMMAND_EXITED", exit_code=0, signal=9), False),
+        (dict(phase="COMMAND_EXITED", exit_code=0, failure_class="OUT_OF_MEMORY"), False),  # the capsule's own verdict
+        (dict(phase="COMMAND_EXITED"), False),  # no exit code at all
+        (dict(phase="RUNNER_FAILED", exit_code=0), False),
+        (dict(phase="COMMAND_STARTED"), False),
+    ],
+)
+def test_only_a_clean_exit_skips_the_diagnosis_and_its_log_read(event: dict[str, object], clean: bool) -> None:
+    # what outcomes.finish_attempt turns into SUCCEEDED without diagnosing: exit code 0, no signal,
+    # no failure class but USER_CODE; every other ending record has its log tail read first
+    ev = lc.LifecycleEvent(
+        phase=f"LIFECYCLE_PHASE_{event['phase']}",
+        signal=int(str(event.get("signal", 0))),
+        failure_class=f"FAILURE_CLASS_{event.get('failure_class', 'UNSPECIFIED')}",
+    )
+    if "exit_code" in event:
+        ev.exit_code = int(str(event["exit_code"]))
+    assert bounds.clean_exit(ev) is clean
+    rec = ingest_pb.Record(seq=1, lifecycle=ev)
+    ending = ev.phase in (lc.LIFECYCLE_PHASE_COMMAND_EXITED, lc.LIFECYCLE_PHASE_RUNNER_FAILED)
+    assert bounds.needs_diagnosis(rec) is (ending and not clean)
