@@ -5,7 +5,9 @@ The lab's files are random bytes (incompressible, as checkpoints and data are): 
 the submitted jobs stay QUEUED (only packaging is measured). First submit: `sf submit exp` wall
 time from the process start to its exit, i.e. git status + hashing + FindMissingBlobs + upload of
 every blob + SubmitJob, and the rate is lab bytes / wall time. Re-submit: the same command again on
-the unchanged lab (the hash cache is kept; the console has every blob): wall time and bytes uploaded.
+the unchanged lab (the hash cache is kept; the console has every blob): wall time and bytes uploaded,
+the median of RESUBMITS, measured once the first submit's writes reached the disk (`os.sync`) and
+the machine is quiet.
 
 Peer: Ray's `submit_job(runtime_env={"working_dir": lab})` on the same files (it hashes, zips and
 uploads the folder to the head, and skips the upload when the content hash is known), measured in
@@ -26,10 +28,11 @@ import subprocess
 import time
 from typing import Any
 
-from bench.common import PEER_NOT_RUN, QUICK, WORK, Result, fresh_dir, log, ratio_lower_better
+from bench.common import PEER_NOT_RUN, QUICK, WORK, Result, fresh_dir, log, ratio_lower_better, settle
 from bench.console import SF, Client, Console, running_console
 from bench.peers_cache import ray_or_none
 
+RESUBMITS = 3
 SMALL_FILES, SMALL_BYTES = 9_990, 10 * 1024 + 512  # ~102 MiB
 LARGE_FILES, LARGE_BYTES = 10, 10 * 1024 * 1024  # 100 MiB
 LAB = WORK / "packaging-lab"
@@ -107,12 +110,19 @@ def measure_ours() -> dict[str, float]:
         make_lab(lab, env)
         drain(console)
         runs = []
-        for _ in range(3):  # first, then twice unchanged
+        for i in range(1 + RESUBMITS):  # first, then unchanged
+            if i == 1:
+                # The first submit's 212 MB reach the disk before the re-submits are measured (a
+                # user re-submits after a job has run, as Ray's again waits for its first job):
+                # otherwise they run against the kernel's writeback of the first.
+                os.sync()
+                settle()
             t0 = time.monotonic()
             r = sf("submit", "exp", "-o", "json")
             runs.append((time.monotonic() - t0, json.loads(r.stdout)["upload"]))
     files, size = lab_bytes(lab)
-    first, again = runs[0], min(runs[1:], key=lambda x: x[0])
+    # the re-submits' median (the upper middle one of an even count), not the best of them
+    first, again = runs[0], sorted(runs[1:], key=lambda x: x[0])[len(runs[1:]) // 2]
     return {
         "files": files,
         "bytes": size,
