@@ -231,6 +231,8 @@ class Zygotes:
         zygote = await self._zygote(venv)
         if zygote is None:
             return None
+        # in use from here: another venv's launch must not stop it while its spec is written
+        zygote.used_at = time.monotonic()
         name = f"{self._prefix}.{next(self._names)}"
         path = self._spec_dir / name
         try:
