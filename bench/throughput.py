@@ -17,7 +17,8 @@ with its own JobSubmissionClient submitting `true`, end from the job's `end_time
 (slurmrestd of the project's Slurm 24.11 test cluster, two nodes of 8 CPUs, 8 clients submitting
 a `#!/bin/sh true` batch job, end from the job's `end_time`, which Slurm keeps in whole seconds).
 
-Ray runs once (minutes); Slurm and ours run ROUNDS alternated rounds
+Ray runs once, and at most 200 jobs (`STARFORGE_BENCH_RAY_JOBS`): it finishes about one a second
+here. Slurm and ours run ROUNDS alternated rounds
 (`STARFORGE_BENCH_THROUGHPUT_ROUNDS`, 3), each after the machine is quiet (`common.settle`), and
 each side's figure is its median round: one round moves by a quarter between runs here. Each
 round also records how many cores the whole machine was busy (`cores_busy`).
@@ -58,6 +59,9 @@ from common.channel import aio_channel
 
 # STARFORGE_BENCH_E2E_JOBS sets the number in quick mode too (24 there unless it does)
 JOBS = int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "24" if QUICK else "1000"))
+# Ray finishes about one trivial job a second here: 1,000 would take it a quarter of an hour, so
+# it runs at most 200 unless STARFORGE_BENCH_RAY_JOBS says otherwise (its row names its count)
+RAY_JOBS = int(os.environ.get("STARFORGE_BENCH_RAY_JOBS", str(min(JOBS, 200))))
 # the Slurm peer's CPUs (2 nodes x 8): the same number of jobs at once; 0: sf up's default
 SLOTS = int(os.environ.get("STARFORGE_BENCH_SLOTS", "16"))
 CLIENTS = 8
@@ -211,7 +215,7 @@ def measure_ray() -> dict[str, Any]:
     work = fresh_dir("ray-throughput")
     return run_peer(
         "ray_peer.py",
-        ["--work", str(work), "--throughput", str(JOBS), "--clients", str(CLIENTS), "--timeout", str(TIMEOUT_S)],
+        ["--work", str(work), "--throughput", str(RAY_JOBS), "--clients", str(CLIENTS), "--timeout", str(TIMEOUT_S)],
         timeout=TIMEOUT_S + 300,
     )
 
@@ -304,9 +308,9 @@ def run() -> list[Result]:
     ours_runs: list[dict[str, Any]] = []
     peers = not skip_peer("throughput")
     if peers:
-        log(f"throughput: Ray peer ({JOBS} jobs)")
+        log(f"throughput: Ray peer ({RAY_JOBS} jobs)")
         ray = _kept("ray", measure_ray())
-        log(f"throughput: Ray {ray['per_s']:.2f} jobs/s ({ray['succeeded']}/{JOBS} SUCCEEDED)")
+        log(f"throughput: Ray {ray['per_s']:.2f} jobs/s ({ray['succeeded']}/{RAY_JOBS} SUCCEEDED)")
     for i in range(ROUNDS):
         if peers:
             settle()  # the last side's teardown must not run into this one
@@ -335,7 +339,9 @@ def run() -> list[Result]:
             metric=f"jobs SUCCEEDED/s, {load}, local fleet (process runtime, {SLOTS or 'default'} slots)",
             figure=ours["per_s"],
             unit="jobs/s",
-            peer=f"Ray {ray.get('ray_version', '')} Jobs, local head, {CLIENTS} clients" if ray else PEER_NOT_RUN,
+            peer=f"Ray {ray.get('ray_version', '')} Jobs, local head, {RAY_JOBS:,} jobs, {CLIENTS} clients"
+            if ray
+            else PEER_NOT_RUN,
             peer_figure=ray["per_s"] if ray else None,
             ratio=rate_ray,
             ratio_note="ours / Ray",
@@ -365,7 +371,7 @@ def run() -> list[Result]:
             metric=f"submit -> SUCCEEDED, {load}, p99",
             figure=p99,
             unit="s",
-            peer="Ray Jobs, p99" if ray else PEER_NOT_RUN,
+            peer=f"Ray Jobs ({RAY_JOBS:,} jobs), p99" if ray else PEER_NOT_RUN,
             peer_figure=peer_p99["ray"],
             ratio=ratio_lower_better(p99, peer_p99["ray"]),
             ratio_note="Ray / ours" + (f"; Slurm p99 {peer_p99['slurm']:.1f} s" if peer_p99["slurm"] else ""),
