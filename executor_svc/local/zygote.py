@@ -75,12 +75,7 @@ class Zygote:
         self._spec_dir = spec_dir
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
-        self.used_at = time.monotonic()  # its start or its last fork
-
-    @property
-    def busy(self) -> bool:
-        """A fork is being asked of it."""
-        return self._lock.locked()
+        self.used_at = time.monotonic()  # its start, or when a launch last took it (Zygotes.fork)
 
     @property
     def pid(self) -> int | None:
@@ -117,7 +112,6 @@ class Zygote:
 
     async def fork(self, name: str) -> int:
         """The pid of the wrapper forked for the spec file `name`."""
-        self.used_at = time.monotonic()
         async with self._lock:
             if self._proc is None or self._proc.returncode is not None or self._proc.stdin is None:
                 raise ZygoteGone("not running")
@@ -143,7 +137,8 @@ class Zygote:
             raise ZygoteGone(f"answered {answer!r}") from None
 
     def _abandon(self) -> None:
-        """SIGKILL now, without waiting (asyncio reaps it); for a caller being cancelled."""
+        """SIGKILL now, without waiting (asyncio reaps it): for a caller being cancelled, and for
+        an idle zygote stopped at another venv's launch."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -231,7 +226,8 @@ class Zygotes:
         zygote = await self._zygote(venv)
         if zygote is None:
             return None
-        # in use from here: another venv's launch must not stop it while its spec is written
+        # in use from here: another venv's launch must not stop it while its spec is written or
+        # while it forks (both take far less than idle_seconds)
         zygote.used_at = time.monotonic()
         name = f"{self._prefix}.{next(self._names)}"
         path = self._spec_dir / name
@@ -259,7 +255,7 @@ class Zygotes:
         for `idle_seconds`: the wrappers they forked lead sessions of their own and live on."""
         now = time.monotonic()
         for venv, zygote in list(self._zygotes.items()):
-            if venv == keep or zygote.busy or now - zygote.used_at < self._idle_seconds:
+            if venv == keep or now - zygote.used_at < self._idle_seconds:
                 continue
             log.info("stopping the pre-forked runner for %s: unused for %.0f s", venv, now - zygote.used_at)
             del self._zygotes[venv]
