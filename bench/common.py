@@ -17,9 +17,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 WORK = pathlib.Path(os.environ.get("STARFORGE_BENCH_WORK") or REPO / "build" / "bench").resolve()
@@ -29,6 +29,7 @@ PEERS_PYTHON = PEERS_VENV / "bin" / "python"
 # graphene) python-dateutil<3, which contradict requirements.lock (kubernetes needs python-dateutil>=3).
 PEER_PACKAGES = ("ray[default]==2.60.0", "mlflow==3.17.2")
 PEERS_DIR = pathlib.Path(__file__).resolve().parent / "peers"
+T = TypeVar("T")
 QUICK = os.environ.get("STARFORGE_BENCH_QUICK") == "1"
 # Quick mode (trying the harness) skips the peers that are costly to start (a Ray head, an MLflow
 # server, the Slurm cluster; the first run also builds their virtualenv) unless this is set too.
@@ -142,6 +143,12 @@ def pct(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
     return ordered[k]
+
+
+def median_item(items: Sequence[T], key: Callable[[T], float]) -> T:
+    """The item whose `key` is the median of `items` (the lower middle one of an even count): a
+    whole run, where `pct` gives only a figure."""
+    return sorted(items, key=key)[(len(items) - 1) // 2]
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:

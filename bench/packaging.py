@@ -28,7 +28,7 @@ import subprocess
 import time
 from typing import Any
 
-from bench.common import PEER_NOT_RUN, QUICK, WORK, Result, fresh_dir, log, ratio_lower_better, settle
+from bench.common import PEER_NOT_RUN, QUICK, WORK, Result, fresh_dir, log, median_item, ratio_lower_better, settle
 from bench.console import SF, Client, Console, running_console
 from bench.peers_cache import ray_or_none
 
@@ -121,8 +121,8 @@ def measure_ours() -> dict[str, float]:
             r = sf("submit", "exp", "-o", "json")
             runs.append((time.monotonic() - t0, json.loads(r.stdout)["upload"]))
     files, size = lab_bytes(lab)
-    # the re-submits' median (the upper middle one of an even count), not the best of them
-    first, again = runs[0], sorted(runs[1:], key=lambda x: x[0])[len(runs[1:]) // 2]
+    # the re-submits' median, not the best of them
+    first, again = runs[0], median_item(runs[1:], lambda x: x[0])
     return {
         "files": files,
         "bytes": size,

@@ -47,6 +47,7 @@ from bench.common import (
     loadavg,
     log,
     machine_cpu,
+    median_item,
     ratio_higher_better,
     ratio_lower_better,
     run_peer,
@@ -293,8 +294,7 @@ def _kept(name: str, doc: dict[str, Any]) -> dict[str, Any]:
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run whose jobs/s is the median of `runs` (the lower middle one of an even count), with
     every run's jobs/s beside it."""
-    ordered = sorted(runs, key=lambda r: r["per_s"])
-    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen = dict(median_item(runs, lambda r: float(r["per_s"])))
     chosen["rounds_per_s"] = [round(r["per_s"], 2) for r in runs]
     return chosen
 
