@@ -46,6 +46,31 @@ def skip_peer(row: str) -> bool:
     return False
 
 
+def env_float(var: str, default: float, *, minimum: float = 0.0) -> float:
+    """Environment variable `var` as a number of at least `minimum` (`default` when unset); a bad
+    value stops the run with one line naming the variable, before anything starts."""
+    text = os.environ.get(var, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= minimum:  # also false for nan
+        raise SystemExit(f"{var}={text}: expected a number of at least {minimum:g}")
+    return value
+
+
+def env_int(var: str, default: int, *, minimum: int = 0) -> int:
+    """As `env_float`, for a whole number."""
+    text = os.environ.get(var, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < minimum:
+        raise SystemExit(f"{var}={text}: expected a whole number of at least {minimum}")
+    return int(text)
+
+
 def cpu_list(var: str) -> list[int] | None:
     """The CPUs named by environment variable `var` ("0", "0,1", "0-3,6"), or None when it is unset.
     Raises ValueError unless they are all among the CPUs this process may run on."""
@@ -191,8 +216,8 @@ def busy_fraction(seconds: float = 1.0) -> float:
     return (busy1 - busy0) / (all1 - all0) if all1 > all0 else 0.0
 
 
-SETTLE_BUSY = float(os.environ.get("STARFORGE_BENCH_SETTLE_BUSY", "0.15"))
-SETTLE_MAX_S = float(os.environ.get("STARFORGE_BENCH_SETTLE_MAX_S", "0" if QUICK else "90"))
+SETTLE_BUSY = env_float("STARFORGE_BENCH_SETTLE_BUSY", 0.15)
+SETTLE_MAX_S = env_float("STARFORGE_BENCH_SETTLE_MAX_S", 0.0 if QUICK else 90.0)
 SETTLE_SAMPLE_S = 0.2 if QUICK else 1.0
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import pathlib
 import random
 import time
@@ -42,14 +41,14 @@ from starforge_api.ingest.v1 import ingest_service_pb2 as pb
 from starforge_api.ingest.v1 import ingest_service_pb2_grpc as pb_grpc
 from starforge_api.job.v1 import telemetry_pb2
 
-from bench.common import QUICK, Result, fresh_dir, loadavg, log, rss_mib, summary
+from bench.common import QUICK, Result, env_float, env_int, fresh_dir, loadavg, log, rss_mib, summary
 from bench.console import running_console
 from bench.throughput import cpu_seconds
 from common.channel import aio_channel, bearer
 from common.gc_tuning import tune_for_serving
 
 RUNS = 10 if QUICK else 100
-FOLLOWERS = 200 if QUICK else int(os.environ.get("STARFORGE_BENCH_FOLLOWERS", "10000"))
+FOLLOWERS = 200 if QUICK else env_int("STARFORGE_BENCH_FOLLOWERS", 10000, minimum=1)
 FOLLOWER_PROCS = 1 if QUICK else 2
 STREAMS_PER_CHANNEL = 100
 INTERVAL_S = 1.0
@@ -58,7 +57,7 @@ MEASURE_S = 5.0 if QUICK else 30.0
 # How long the followers have to all get a line. A console that cannot hold them all (on a small
 # machine grpc.aio accepts new calls only between the turns of a loop busy with the streams it
 # already has) is measured with those that did connect: the row says how many, and is not met.
-CONNECT_S = float(os.environ.get("STARFORGE_BENCH_FOLLOWERS_CONNECT_S", "60" if QUICK else "240"))
+CONNECT_S = env_float("STARFORGE_BENCH_FOLLOWERS_CONNECT_S", 60.0 if QUICK else 240.0, minimum=1.0)
 FLEET = "bench-elsewhere"  # not configured on the console: the reconciler leaves these attempts alone
 
 

@@ -43,6 +43,7 @@ from bench.common import (
     WORK,
     Result,
     cores_busy,
+    env_int,
     fresh_dir,
     loadavg,
     log,
@@ -59,14 +60,14 @@ from bench.console import Client, Console, running_console
 from common.channel import aio_channel
 
 # STARFORGE_BENCH_E2E_JOBS sets the number in quick mode too (24 there unless it does)
-JOBS = int(os.environ.get("STARFORGE_BENCH_E2E_JOBS", "24" if QUICK else "1000"))
+JOBS = env_int("STARFORGE_BENCH_E2E_JOBS", 24 if QUICK else 1000, minimum=1)
 # Ray finishes about one trivial job a second here: 1,000 would take it a quarter of an hour, so
 # it runs at most 200 unless STARFORGE_BENCH_RAY_JOBS says otherwise (its row names its count)
-RAY_JOBS = int(os.environ.get("STARFORGE_BENCH_RAY_JOBS", str(min(JOBS, 200))))
+RAY_JOBS = env_int("STARFORGE_BENCH_RAY_JOBS", min(JOBS, 200), minimum=1)
 # the Slurm peer's CPUs (2 nodes x 8): the same number of jobs at once; 0: sf up's default
-SLOTS = int(os.environ.get("STARFORGE_BENCH_SLOTS", "16"))
+SLOTS = env_int("STARFORGE_BENCH_SLOTS", 16)
 CLIENTS = 8
-ROUNDS = 1 if QUICK else int(os.environ.get("STARFORGE_BENCH_THROUGHPUT_ROUNDS", "3"))
+ROUNDS = 1 if QUICK else env_int("STARFORGE_BENCH_THROUGHPUT_ROUNDS", 3, minimum=1)
 TIMEOUT_S = 1800.0
 STALL_S = 120.0  # no job ended for this long: something is stuck
 TRAIN_SH = "#!/usr/bin/env bash\ntrue\n"
