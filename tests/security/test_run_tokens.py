@@ -168,6 +168,11 @@ async def test_c_a_token_cannot_touch_another_jobs_attempt() -> None:
             e = await refused(report(c, token, their_attempt, forged_exits(await next_seq(c, their_attempt), 1)))
             assert e.code() == grpc.StatusCode.PERMISSION_DENIED, e
             assert reason_of(e) == "ERROR_REASON_TOKEN_SCOPE"
+            # a clean exit skips the diagnosis' log read, where a failure is refused first: the
+            # store itself refuses it
+            e = await refused(report(c, token, their_attempt, forged_exits(await next_seq(c, their_attempt), 0)))
+            assert e.code() == grpc.StatusCode.PERMISSION_DENIED, e
+            assert reason_of(e) == "ERROR_REASON_TOKEN_SCOPE"
             e = await refused(cursor(c, token, their_attempt))
             assert e.code() == grpc.StatusCode.PERMISSION_DENIED, e
             theirs_blob = hashlib.sha256(b"theirs\n").hexdigest()
