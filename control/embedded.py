@@ -119,6 +119,8 @@ def executor_config(state_dir: pathlib.Path, runtime: str) -> pathlib.Path:
     }
     if runtime == "process" and can_isolate(state_dir):
         doc["local"]["job_uid_range"] = JOB_UID_RANGE
+        # the capsule the console ships: its runner is ready before the first job asks for it
+        doc["local"]["warm_capsule"] = str(ensure_capsule())
     if runtime == "docker" and os.environ.get("DOCKER_HOST"):
         doc["local"]["docker"] = {"base_url": os.environ["DOCKER_HOST"]}
     if path.exists():

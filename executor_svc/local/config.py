@@ -85,11 +85,17 @@ class LocalConfig:
     # per runner venv (a pre-forked runner) instead of through `sh bootstrap.sh`; the same checks
     # and uid, a fraction of the CPU. false: every attempt through bootstrap.sh.
     preforked_runner: bool = True
+    # Process runtime with job_uid_range: a capsule directory (as capsule.build writes it: its
+    # manifest.json names the runner) whose runner venv is installed and whose pre-forked runner
+    # is started when the executor starts, not by the first attempts, which would each wait
+    # seconds for it. The embedded console names its own capsule. Empty: on first use.
+    warm_capsule: str = ""
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"local.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
         _check_uid_range(self.job_uid_range)
+        _check_warm_capsule(self)
         if self.docker.pull != "never":
             raise ConfigError(f"local.docker.pull: only 'never' is supported, got {self.docker.pull!r}")
         if self.docker.network_mode not in ("host", "none"):
@@ -129,3 +135,18 @@ def _check_uid_range(value: list[int]) -> None:
             f"local.job_uid_range: [{first}, {last}] must be ascending uids from 1000 up (no system "
             "users, never root), e.g. [200000, 265535]"
         )
+
+
+def _check_warm_capsule(cfg: LocalConfig) -> None:
+    """warm_capsule only where there is a shared runner venv to warm: never accepted and ignored."""
+    if not cfg.warm_capsule:
+        return
+    if not isinstance(cfg.warm_capsule, str) or not Path(cfg.warm_capsule).is_absolute():
+        raise ConfigError(f"local.warm_capsule: {cfg.warm_capsule!r} is not an absolute path to a capsule directory")
+    if cfg.runtime != RUNTIME_PROCESS or not cfg.job_uid_range:
+        raise ConfigError(
+            "local.warm_capsule: only the process runtime with job_uid_range has a shared runner venv "
+            f"to warm (runtime {cfg.runtime!r}, job_uid_range {cfg.job_uid_range or 'unset'}); remove it"
+        )
+    if not Path(cfg.warm_capsule, "manifest.json").is_file():
+        raise ConfigError(f"local.warm_capsule: {cfg.warm_capsule} holds no manifest.json (not a capsule directory)")

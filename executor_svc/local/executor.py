@@ -83,7 +83,8 @@ def executor_id(state_dir: str) -> str:
 def make_runtime(cfg: LocalConfig, layout: Layout, node: str) -> Runtime:
     if cfg.runtime == RUNTIME_DOCKER:
         return DockerRuntime(cfg.docker, layout, executor_id(str(layout.state_dir)), node)
-    return ProcessRuntime(layout, cfg.job_uid_range, cfg.preforked_runner)
+    warm = Path(cfg.warm_capsule) if cfg.warm_capsule else None
+    return ProcessRuntime(layout, cfg.job_uid_range, cfg.preforked_runner, warm)
 
 
 class LocalExecutor(Executor):
@@ -100,13 +101,22 @@ class LocalExecutor(Executor):
         self._lister = out_files.Lister()
         self._launch_lock = asyncio.Lock()
         self._attempts = AttemptLocks()
+        self._warming: asyncio.Future[None] | None = None
 
     @classmethod
     async def create(cls, cfg: LocalConfig) -> LocalExecutor:
-        """An executor that found its running attempts again (GPUs they hold stay held)."""
+        """An executor that found its running attempts again (GPUs they hold stay held), and
+        warms its runtime in the background (`Runtime.warm`) while it starts serving."""
         ex = cls(cfg)
         await ex.recover()
+        ex._warming = asyncio.ensure_future(ex._warm())
         return ex
+
+    async def _warm(self) -> None:
+        try:
+            await self.runtime.warm()
+        except Exception:  # a warm-up is an optimisation: the attempts do it themselves otherwise
+            log.exception("warming the %s runtime failed; the first attempts prepare it themselves", self.runtime.name)
 
     async def recover(self) -> None:
         for d in (self.layout.attempts_dir, self.layout.cache_dir, self.layout.state_dir / "out"):
@@ -422,4 +432,7 @@ class LocalExecutor(Executor):
         return await self.observe(sorted(ids))
 
     async def close(self) -> None:
+        if self._warming is not None and not self._warming.done():
+            self._warming.cancel()
+            await asyncio.gather(self._warming, return_exceptions=True)
         await self.runtime.close()

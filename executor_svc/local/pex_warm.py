@@ -109,14 +109,44 @@ class SharedPex:
             return {}
         if not isinstance(runner, str) or RUNNER_NAME.fullmatch(runner) is None:
             return {}
-        key = (runner, python)
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            if key not in self._ready:
-                self._ready[key] = await asyncio.to_thread(self._install, capsule_dir / runner, python, env)
-        venv = self._ready[key]
+        venv = await self._venv(capsule_dir / runner, python, env)
         if venv is None:
             return {}
         return {ENV_VENV: venv, ENV_RUNNER: runner, ENV_PYTHON: python}
+
+    async def warm(self, capsule_dir: Path, env: Mapping[str, str]) -> str | None:
+        """Install, before any attempt asks, the venv that an attempt of the capsule in
+        `capsule_dir` (its `manifest.json`, as capsule.build writes it) will get from `env_for`
+        with this environment and no variables of its own; the venv's directory, or None.
+
+        The same (runner, interpreter) key and lock as `env_for`: an attempt that comes while
+        this runs waits for this install instead of starting another."""
+        python = job_python(env, {})
+        if python is None:
+            log.warning("no shared runner venv to warm: no interpreter on PATH that is safe to run as root")
+            return None
+        try:
+            runner = json.loads((capsule_dir / "manifest.json").read_text())["runner"]["path"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("no shared runner venv to warm: %s/manifest.json names no runner (%s)", capsule_dir, exc)
+            return None
+        if not isinstance(runner, str) or RUNNER_NAME.fullmatch(runner) is None:
+            log.warning("no shared runner venv to warm: %s/manifest.json names %r", capsule_dir, runner)
+            return None
+        # a warm-up that failed is not remembered: the first attempt tries again from its own copy
+        return await self._venv(capsule_dir / runner, python, env, keep_failure=False)
+
+    async def _venv(self, pex: Path, python: str, env: Mapping[str, str], *, keep_failure: bool = True) -> str | None:
+        """The venv of (`pex`'s name, `python`), installed from `pex` on first use; a failure is
+        remembered (`keep_failure`): later attempts start without a shared venv, as before."""
+        key = (pex.name, python)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if key not in self._ready:
+                venv = await asyncio.to_thread(self._install, pex, python, env)
+                if venv is None and not keep_failure:
+                    return None
+                self._ready[key] = venv
+        return self._ready[key]
 
     def _install(self, pex: Path, python: str, env: Mapping[str, str]) -> str | None:
         """The installed venv's directory, or None."""

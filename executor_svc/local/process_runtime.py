@@ -155,8 +155,15 @@ class ProcessRuntime(Runtime):
 
     name = RUNTIME_PROCESS
 
-    def __init__(self, layout: Layout, uid_range: list[int] | None = None, preforked: bool = True) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        uid_range: list[int] | None = None,
+        preforked: bool = True,
+        warm_capsule: Path | None = None,
+    ) -> None:
         self._layout = layout
+        self._warm_capsule = warm_capsule
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._uids = (
             job_users.JobUids(job_users.UidRange(uid_range[0], uid_range[1]), layout.state_dir / "job-uids")
@@ -343,6 +350,25 @@ class ProcessRuntime(Runtime):
                 await asyncio.to_thread(job_users.take_back, Path(record.out_dir))
             self._held_uids().discard(record.job_uid)
         return 0
+
+    async def warm(self) -> None:
+        """With `warm_capsule` (local.warm_capsule): install that capsule's runner venv and start
+        its pre-forked runner now, so the first attempts fork at once instead of waiting seconds
+        for the install (what they would do for the same runner, in the same environment)."""
+        if self._warm_capsule is None or self._shared_pex is None:
+            return
+        started = time.monotonic()
+        venv = await self._shared_pex.warm(self._warm_capsule, inherited_env())
+        if venv is None:
+            return
+        forked = self._zygotes is not None and await self._zygotes.start(venv)
+        log.info(
+            "warmed the runner of %s in %.1f s: shared venv %s%s",
+            self._warm_capsule,
+            time.monotonic() - started,
+            venv,
+            ", pre-forked runner started" if forked else "",
+        )
 
     async def close(self) -> None:
         if self._zygotes is not None:

@@ -80,6 +80,11 @@ class Runtime(abc.ABC):
     async def prepare_host(self) -> None:  # noqa: B027 - nothing to prepare by default
         """Check and secure the host before the first launch (ConfigError when it cannot run)."""
 
+    async def warm(self) -> None:  # noqa: B027 - nothing to warm by default
+        """Prepare, once the executor serves, what the first attempts would otherwise wait for
+        (the process runtime's shared runner venv and its pre-forked runner). Never raises: a
+        warm-up that fails leaves the attempts to do it, as without one."""
+
     async def check_image(self, request: lr_pb.LaunchRequest) -> str:
         """The image's digest, or FailedPrecondition when it cannot run here. Before any download."""
         return ""

@@ -212,6 +212,21 @@ class Zygotes:
             self._zygotes[venv] = zygote
             return zygote
 
+    async def start(self, venv: str) -> bool:
+        """Start the venv's zygote now, before an attempt asks for it (it counts as used now, so
+        it stays for `idle_seconds` at least); True when it runs."""
+        try:
+            if not self._prepared:
+                await asyncio.to_thread(self._prepare)
+        except OSError as exc:
+            log.warning("no pre-forked runners: %s", exc)
+            return False
+        zygote = await self._zygote(venv)
+        if zygote is None:
+            return False
+        zygote.used_at = time.monotonic()
+        return True
+
     async def fork(self, venv: str, spec: ZygoteSpec) -> int | None:
         """The pid of the attempt's wrapper, forked by the venv's zygote; 0 when a wrapper took the
         attempt but its pid was not told (the wrapper writes it to `wrapper.pid`); None when no
