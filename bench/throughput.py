@@ -17,6 +17,12 @@ with its own JobSubmissionClient submitting `true`, end from the job's `end_time
 (slurmrestd of the project's Slurm 24.11 test cluster, two nodes of 8 CPUs, 8 clients submitting
 a `#!/bin/sh true` batch job, end from the job's `end_time`, which Slurm keeps in whole seconds).
 
+Before its clock starts, each side runs one job to its end (`WARMUP_JOBS`, not counted), as a
+node that has run a job before would be: Slurm's cluster is started and its nodes IDLE before its
+run, and a fresh node of ours installs the runner's venv and starts the pre-forked runner for its
+first job (the executor starts that as it starts: `local.warm_capsule`); the details keep what
+that first job of ours waited (`first_running_s`, submit -> RUNNING).
+
 Ray runs once, and at most 200 jobs (`STARFORGE_BENCH_RAY_JOBS`): it finishes about one a second
 here. Slurm and ours run ROUNDS alternated rounds
 (`STARFORGE_BENCH_THROUGHPUT_ROUNDS`, 3), each after the machine is quiet (`common.settle`), and
@@ -71,6 +77,10 @@ ROUNDS = 1 if QUICK else env_int("STARFORGE_BENCH_THROUGHPUT_ROUNDS", 3, minimum
 TIMEOUT_S = 1800.0
 STALL_S = 120.0  # no job ended for this long: something is stuck
 TRAIN_SH = "#!/usr/bin/env bash\ntrue\n"
+# jobs each side runs to their end before the clock starts, not counted: the row measures a node
+# that is ready, as Slurm's run starts once both its nodes are IDLE (a first job on a fresh node
+# of ours waits for the runner venv and the pre-forked runner; `first_running_s` says how long)
+WARMUP_JOBS = 1
 TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
 
 
@@ -102,6 +112,7 @@ async def _ours(console: Console) -> dict[str, Any]:
     submitted: dict[str, float] = {}
     db = console.state_dir / "ledger.db"
     pids = console.pids()
+    first_running_s = await _warm_up(setup, spec, db)
     cpu0 = [cpu_seconds(p, children=c) for p in pids for c in (False, True)]
     try:
 
@@ -121,7 +132,7 @@ async def _ours(console: Console) -> dict[str, Any]:
             deadline = time.monotonic() + TIMEOUT_S
             last, moved = -1, time.monotonic()
             while True:
-                done = conn.execute(f"SELECT count(*) FROM jobs WHERE state IN ({marks})").fetchone()[0]
+                done = conn.execute(f"SELECT count(*) FROM jobs WHERE state IN ({marks})").fetchone()[0] - WARMUP_JOBS
                 if done >= JOBS:
                     break
                 if done != last:
@@ -159,7 +170,8 @@ async def _ours(console: Console) -> dict[str, Any]:
         raise RuntimeError(f"{len(ended)} of {JOBS} jobs SUCCEEDED (states: {named})")
     by_job: dict[str, dict[int, float]] = {}
     for job_id, state, at in stages:
-        by_job.setdefault(job_id, {})[state] = at
+        if job_id in submitted:
+            by_job.setdefault(job_id, {})[state] = at
     queued_to_running = [v[st.JOB_STATE_RUNNING] - v[st.JOB_STATE_QUEUED] for v in by_job.values() if len(v) == 3]
     running_to_done = [v[st.JOB_STATE_SUCCEEDED] - v[st.JOB_STATE_RUNNING] for v in by_job.values() if len(v) == 3]
     latencies = [ended[j] - t0 for j, t0 in submitted.items()]
@@ -173,6 +185,8 @@ async def _ours(console: Console) -> dict[str, Any]:
         # the whole machine's cores busy from the first submit to the last end: the bench's
         # clients included, as they are in the peers' figure
         "cores_busy": round(cores_busy(machine0, machine1, t_end - t_start), 2),
+        "warmup_jobs": WARMUP_JOBS,
+        "first_running_s": first_running_s,
         "queued_to_running": summary(queued_to_running),
         "running_to_succeeded": summary(running_to_done),
         # "with_children": the process's whole tree, so the control plane's includes the executor's;
@@ -184,6 +198,35 @@ async def _ours(console: Console) -> dict[str, Any]:
             )
         },
     }
+
+
+async def _warm_up(setup: Client, spec: Any, db: pathlib.Path) -> float | None:
+    """WARMUP_JOBS jobs, one after another, each to its end; the first one's submit -> RUNNING
+    in seconds (what a first job on this fresh node waited), None without one."""
+    first: float | None = None
+    for _ in range(WARMUP_JOBS):
+        t0 = time.time()
+        job = await setup.submit(spec)
+        deadline = time.monotonic() + STALL_S
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            while True:
+                (state,) = conn.execute("SELECT state FROM jobs WHERE id = ?", (job.job_id,)).fetchone()
+                if state in TERMINAL:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the warm-up job {job.job_id} did not end in {STALL_S:.0f} s")
+                await asyncio.sleep(0.05)
+            if state != st.JOB_STATE_SUCCEEDED:
+                raise RuntimeError(f"the warm-up job {job.job_id} ended {st.JobState.Name(state)}")
+            running = conn.execute(
+                "SELECT min(at) FROM job_events WHERE job_id = ? AND to_state = ?", (job.job_id, st.JOB_STATE_RUNNING)
+            ).fetchone()[0]
+        finally:
+            conn.close()
+        if first is None and running is not None:
+            first = round(running - t0, 2)
+    return first
 
 
 def set_cpu_slots(state_dir: pathlib.Path, slots: int) -> None:
@@ -217,7 +260,18 @@ def measure_ray() -> dict[str, Any]:
     work = fresh_dir("ray-throughput")
     return run_peer(
         "ray_peer.py",
-        ["--work", str(work), "--throughput", str(RAY_JOBS), "--clients", str(CLIENTS), "--timeout", str(TIMEOUT_S)],
+        [
+            "--work",
+            str(work),
+            "--throughput",
+            str(RAY_JOBS),
+            "--warmup",
+            str(WARMUP_JOBS),
+            "--clients",
+            str(CLIENTS),
+            "--timeout",
+            str(TIMEOUT_S),
+        ],
         timeout=TIMEOUT_S + 300,
     )
 
@@ -240,6 +294,7 @@ def measure_slurm() -> dict[str, Any]:
             ended: dict[int, float] = {}
             failed: dict[int, str] = {}
             try:
+                await _slurm_warm_up(clients[0], job)
 
                 async def client(i: int, n: int) -> None:
                     for _ in range(n):
@@ -279,11 +334,26 @@ def measure_slurm() -> dict[str, Any]:
                 # slurmctld, slurmd, the job steps and the bench's clients, as for ours
                 "cores_busy": round(cores_busy(machine0, machine1, t_end - t_start), 2),
                 "slurm_version": info.slurm_version,
+                "warmup_jobs": WARMUP_JOBS,
             }
 
         return asyncio.run(go())
     finally:
         cluster.stop(run_dir)
+
+
+async def _slurm_warm_up(client: Any, job: Any) -> None:
+    """WARMUP_JOBS of the same batch job, one after another, each to COMPLETED, as ours."""
+    for _ in range(WARMUP_JOBS):
+        job_id = (await client.submit(job)).job_id
+        deadline = time.monotonic() + STALL_S
+        while True:
+            state = next((sj.state for sj in await client.list_jobs() if sj.job_id == job_id), "")
+            if state == "COMPLETED":
+                break
+            if state in {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"} or time.monotonic() > deadline:
+                raise RuntimeError(f"slurm: the warm-up job {job_id} ended {state or 'nowhere'}")
+            await asyncio.sleep(0.1)
 
 
 def _kept(name: str, doc: dict[str, Any]) -> dict[str, Any]:

@@ -79,6 +79,11 @@ def test_bench_row_harness_runs_in_quick_mode(names: tuple[str, ...], tmp_path: 
         assert row["metric"] and row["command"].startswith("python -m bench"), row
         # the machine was sampled before the row (bench.common.settle): how busy it was is kept
         assert 0.0 <= row["details"]["busy_before"] <= 1.0 and row["details"]["settle_s"] >= 0, row
+        if row["name"] == "throughput-ray":
+            ours = row["details"]["ours"]
+            # a job ran to its end before the clock (bench.throughput.WARMUP_JOBS), what it waited kept
+            assert ours["warmup_jobs"] >= 1 and ours["first_running_s"] > 0, ours
+            assert ours["latency"]["n"] == ours["jobs"], ours  # and it is not one of the counted jobs
     # the table printed at the end names every row
     for row in rows:
         assert row["metric"][:40] in r.stdout, f"{row['metric']!r} not in the printed table"
