@@ -212,14 +212,20 @@ class Zygotes:
             self._zygotes[venv] = zygote
             return zygote
 
-    async def start(self, venv: str) -> bool:
-        """Start the venv's zygote now, before an attempt asks for it (it counts as used now, so
-        it stays for `idle_seconds` at least); True when it runs."""
+    async def _prepared_once(self) -> bool:
+        """The spec directory prepared (`_prepare`), once; False when it cannot be."""
         try:
             if not self._prepared:
                 await asyncio.to_thread(self._prepare)
         except OSError as exc:
             log.warning("no pre-forked runners: %s", exc)
+            return False
+        return True
+
+    async def start(self, venv: str) -> bool:
+        """Start the venv's zygote now, before an attempt asks for it (it counts as used now, so
+        it stays for `idle_seconds` at least); True when it runs."""
+        if not await self._prepared_once():
             return False
         zygote = await self._zygote(venv)
         if zygote is None:
@@ -231,11 +237,7 @@ class Zygotes:
         """The pid of the attempt's wrapper, forked by the venv's zygote; 0 when a wrapper took the
         attempt but its pid was not told (the wrapper writes it to `wrapper.pid`); None when no
         wrapper took it (the caller starts the attempt through bootstrap.sh)."""
-        try:
-            if not self._prepared:
-                await asyncio.to_thread(self._prepare)
-        except OSError as exc:
-            log.warning("no pre-forked runners: %s", exc)
+        if not await self._prepared_once():
             return None
         self._stop_idle(keep=venv)
         zygote = await self._zygote(venv)
