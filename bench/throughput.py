@@ -82,6 +82,8 @@ TRAIN_SH = "#!/usr/bin/env bash\ntrue\n"
 # of ours waits for the runner venv and the pre-forked runner; `first_running_s` says how long)
 WARMUP_JOBS = 1
 TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
+# the states of a Slurm job that ended without completing
+SLURM_FAILED = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"})
 
 
 def cpu_seconds(pid: int, children: bool = False) -> float:
@@ -315,7 +317,7 @@ def measure_slurm() -> dict[str, Any]:
                             continue
                         if sj.state == "COMPLETED" and sj.end_time is not None:
                             ended[sj.job_id] = sj.end_time.timestamp()
-                        elif sj.state in {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}:
+                        elif sj.state in SLURM_FAILED:
                             failed[sj.job_id] = sj.state
                     await asyncio.sleep(0.5)
                 machine1, t_end = machine_cpu(), time.time()
@@ -351,7 +353,7 @@ async def _slurm_warm_up(client: Any, job: Any) -> None:
             state = next((sj.state for sj in await client.list_jobs() if sj.job_id == job_id), "")
             if state == "COMPLETED":
                 break
-            if state in {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"} or time.monotonic() > deadline:
+            if state in SLURM_FAILED or time.monotonic() > deadline:
                 raise RuntimeError(f"slurm: the warm-up job {job_id} ended {state or 'nowhere'}")
             await asyncio.sleep(0.1)
 
