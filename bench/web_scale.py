@@ -19,9 +19,9 @@ Peer: the MLflow UI (`mlflow server`, peers' virtualenv, SQLite store) showing t
 model-metrics tab for a run with the same 1,000,000 points (20 metrics x 50,000 steps, written into
 its `metrics` and `latest_metrics` tables) and no logs (MLflow has no log view). The figure is the
 time until the first screen's chart plots are on the page (`MLFLOW_FIRST_SCREEN`: MLflow plots
-only the charts in or near view); the same loads as ours; the server, Chromium and this driver run together in a
-loopback-only network namespace. What it draws (how many plots, how many points it fetched) is
-recorded.
+only the charts in or near view); the same loads as ours; the server, Chromium and this driver run
+together in a loopback-only network namespace. What it draws (how many plots, how many points it
+fetched) is recorded.
 """
 
 from __future__ import annotations

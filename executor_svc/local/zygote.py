@@ -75,7 +75,7 @@ class Zygote:
         self._spec_dir = spec_dir
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
-        self.used_at = time.monotonic()  # its start, or when a launch last took it (Zygotes.fork)
+        self.used_at = time.monotonic()  # its start, or when a launch last took it (Zygotes._zygote)
 
     @property
     def pid(self) -> int | None:
@@ -191,9 +191,13 @@ class Zygotes:
         self._prepared = True
 
     async def _zygote(self, venv: str) -> Zygote | None:
+        """The venv's zygote, started if need be, and in use from now: another venv's launch must
+        not stop it while the caller writes a spec or asks for a fork (both take far less than
+        idle_seconds). None when it cannot run."""
         async with self._locks.setdefault(venv, asyncio.Lock()):
             zygote = self._zygotes.get(venv)
             if zygote is not None and zygote.pid is not None:
+                zygote.used_at = time.monotonic()
                 return zygote
             if time.monotonic() - self._failed_at.get(venv, -RETRY_SECONDS) < RETRY_SECONDS:
                 return None
@@ -210,6 +214,7 @@ class Zygotes:
                 return None
             log.info("pre-forked runner for %s ready (pid %d)", venv, zygote.pid)
             self._zygotes[venv] = zygote
+            zygote.used_at = time.monotonic()
             return zygote
 
     async def _prepared_once(self) -> bool:
@@ -225,13 +230,7 @@ class Zygotes:
     async def start(self, venv: str) -> bool:
         """Start the venv's zygote now, before an attempt asks for it (it counts as used now, so
         it stays for `idle_seconds` at least); True when it runs."""
-        if not await self._prepared_once():
-            return False
-        zygote = await self._zygote(venv)
-        if zygote is None:
-            return False
-        zygote.used_at = time.monotonic()
-        return True
+        return await self._prepared_once() and await self._zygote(venv) is not None
 
     async def fork(self, venv: str, spec: ZygoteSpec) -> int | None:
         """The pid of the attempt's wrapper, forked by the venv's zygote; 0 when a wrapper took the
@@ -243,9 +242,6 @@ class Zygotes:
         zygote = await self._zygote(venv)
         if zygote is None:
             return None
-        # in use from here: another venv's launch must not stop it while its spec is written or
-        # while it forks (both take far less than idle_seconds)
-        zygote.used_at = time.monotonic()
         name = f"{self._prefix}.{next(self._names)}"
         path = self._spec_dir / name
         try:
