@@ -12,8 +12,10 @@ import pathlib
 import shutil
 import tempfile
 
+import pytest
 from starforge_api.job.v1 import job_state_pb2 as st
 
+from control import embedded
 from tests.security.isolation_support import finish, isolated_console, out_dir, read_json, state_dir, submit, user
 
 ATTACK = r"""#!/bin/sh
@@ -49,8 +51,12 @@ echo ok
 """
 
 
-async def test_a_job_cannot_change_the_shared_runner_venv() -> None:
-    async with isolated_console() as c:
+@pytest.mark.parametrize("warmed", [False, True], ids=["installed-by-the-first-job", "warmed-at-start"])
+async def test_a_job_cannot_change_the_shared_runner_venv(warmed: bool) -> None:
+    """Also when the executor installed the venv and started its zygote before any job
+    (`local.warm_capsule`): bob's job then finds it through the same variables."""
+    local = {"warm_capsule": str(embedded.ensure_capsule())} if warmed else None
+    async with isolated_console(local=local) as c:
         bob, alice = await user(c, "bob"), await user(c, "alice")
         attack = await submit(bob, ATTACK)
         done = await finish(bob, attack.job_id)
