@@ -27,6 +27,11 @@ tampered cache is a security event, not something to run.
 Hard links share their inode, so a file's mode belongs to its cache entry: executable files link a
 second entry `<d>.x` (0555) and all others the plain one (0444); a later attempt never changes the
 mode of a file an earlier one is running.
+
+An attempt's own capsule.json (the one its `capsule_digest` names: it holds the attempt's id, so no
+other attempt ever uses it) is fetched straight into the attempt's capsule directory, hashed while
+written and renamed into place read-only (0444), and never enters the cache: cached, it would stay
+on the node after its attempt, one file per attempt, forever.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import stat
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import grpc
 from starforge_api.control.v1 import blob_service_pb2 as blob_pb
@@ -138,19 +144,22 @@ async def materialize(
     entry changed since it was fetched (the message names the file; the entry is evicted),
     Unavailable when the blob service cannot be reached.
     """
-    entries = plan(request, capsule_dir, workspace_dir, datasets_dir)
+    planned = plan(request, capsule_dir, workspace_dir, datasets_dir)
+    own = [e for e in planned if _attempt_only(e, request.capsule)]
+    entries = [e for e in planned if e not in own]
     wanted: dict[str, _Entry] = {}
     for e in entries:
         wanted.setdefault(e.sha256, e)
     await asyncio.to_thread(_make_private, cache_dir)
     missing = [e for d, e in wanted.items() if not cache_path(cache_dir, d).is_file()]
-    if missing:
+    if missing or own:
         if not request.blob_source.address:
             raise errors.InvalidArgument(
                 "blob_source.address is empty but files must be fetched",
                 field_violations=(errors.FieldViolation("blob_source.address", "empty"),),
             )
-        (cache_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        if missing:
+            (cache_dir / "tmp").mkdir(parents=True, exist_ok=True)
         sem = asyncio.Semaphore(max(1, concurrency))
         # TLS verified with the CA the control plane sent when it serves TLS
         credentials = ca_credentials(request.blob_source.ca_pem)
@@ -161,9 +170,18 @@ async def materialize(
                 async with sem:
                     await _fetch(stub, e, cache_dir, request.blob_source)
 
-            await _first_error([one(e) for e in missing])
+            async def mine(e: _Entry) -> None:
+                async with sem:
+                    await _fetch_own(stub, e, request.blob_source)
+
+            await _first_error([*(one(e) for e in missing), *(mine(e) for e in own)])
     await asyncio.to_thread(_verify_cache, entries, cache_dir)
     await asyncio.to_thread(_place_all, entries, cache_dir, share_cache)
+
+
+def _attempt_only(e: _Entry, capsule: lr_pb.Capsule) -> bool:
+    """Whether `e` is the attempt's own capsule.json: the file its `capsule_digest` names."""
+    return e.label == "capsule/capsule.json" and e.sha256 == capsule.capsule_digest
 
 
 def _make_private(cache_dir: Path) -> None:
@@ -188,35 +206,63 @@ async def _first_error(coros: Sequence[Awaitable[None]]) -> None:
 
 
 async def _fetch(stub: blob_grpc.BlobServiceStub, e: _Entry, cache_dir: Path, source: lr_pb.BlobSource) -> None:
+    """Download a blob into the cache under its digest."""
     target = cache_path(cache_dir, e.sha256)
     tmp = cache_dir / "tmp" / f"{e.sha256}.{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        await _download(stub, e, source, tmp, 0o444)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _publish(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+async def _fetch_own(stub: blob_grpc.BlobServiceStub, e: _Entry, source: lr_pb.BlobSource) -> None:
+    """Download a file only this attempt uses straight to its place, never into the cache."""
+    dest = e.root.joinpath(*e.parts)
+    tmp = e.root / f".{e.parts[-1]}.{os.getpid()}.{secrets.token_hex(4)}.part"
+    e.root.mkdir(parents=True, exist_ok=True)
+    try:
+        await _download(stub, e, source, tmp, _file_mode(e))
+        if dest.is_dir() and not dest.is_symlink():
+            raise errors.InvalidArgument(f"{e.label}: {dest} is a directory, not a file")
+        os.replace(tmp, dest)  # a symbolic link there is replaced, never followed
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+async def _download(stub: blob_grpc.BlobServiceStub, e: _Entry, source: lr_pb.BlobSource, tmp: Path, mode: int) -> None:
+    """ReadBlob into `tmp` (created, never followed), hashed as it is written, then given `mode`
+    through its descriptor; FailedPrecondition when the content does not match the manifest, the
+    blob service's errors as `_blob_error`."""
     deadline = DEADLINE_BASE_SECONDS + max(e.size, 0) / DEADLINE_BYTES_PER_SECOND
     h = hashlib.sha256()
     received = 0
     try:
-        with tmp.open("wb") as f:
+        with _create_new(tmp) as f:
             call = stub.ReadBlob(
                 blob_pb.ReadBlobRequest(digest=e.sha256), timeout=deadline, metadata=bearer(source.token)
             )
             async for chunk in call:
                 received += len(chunk.data)
                 await asyncio.to_thread(_write_hashed, f, h, chunk.data)
-        actual = h.hexdigest()
-        if actual != e.sha256 or received != e.size:
-            found = f"sha256 {actual}, {received} bytes"
-            raise errors.FailedPrecondition(
-                f"{e.label}: the blob service sent content that does not match the manifest "
-                f"(expected sha256 {e.sha256}, {e.size} bytes; found {found})",
-                reason=reason_pb.ERROR_REASON_UNSPECIFIED,
-                precondition_violations=(errors.PreconditionViolation("BLOB_DIGEST", e.label, found),),
-            )
-        os.chmod(tmp, 0o444)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _publish(tmp, target)
+            os.fchmod(f.fileno(), mode)
     except grpc.RpcError as rpc:
         raise _blob_error(rpc, e, source.address) from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    actual = h.hexdigest()
+    if actual != e.sha256 or received != e.size:
+        found = f"sha256 {actual}, {received} bytes"
+        raise errors.FailedPrecondition(
+            f"{e.label}: the blob service sent content that does not match the manifest "
+            f"(expected sha256 {e.sha256}, {e.size} bytes; found {found})",
+            reason=reason_pb.ERROR_REASON_UNSPECIFIED,
+            precondition_violations=(errors.PreconditionViolation("BLOB_DIGEST", e.label, found),),
+        )
+
+
+def _create_new(path: Path) -> BinaryIO:
+    """A new file at `path`, never an existing one or one reached through a symbolic link."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
 
 
 def _write_hashed(f: object, h: hashlib._Hash, data: bytes) -> None:

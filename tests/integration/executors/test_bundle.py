@@ -119,10 +119,69 @@ async def test_cached_blobs_are_reused_without_the_blob_service(blobs: BlobServe
     req = launch_request(blobs, shell_capsule("echo cached\n", {"a.txt": b"A"}))
     capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
     await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
-    # Nothing listens on port 9: a fetch would fail, so everything must come from the cache.
+    # Nothing listens on port 9: the one file fetched again is the attempt's own capsule.json,
+    # which never enters the cache; everything else comes from the cache.
     req.blob_source.address = "127.0.0.1:9"
-    await bundle.materialize(req, tmp_path / "c2", tmp_path / "w2", cache_dir)
-    assert (tmp_path / "w2" / "a.txt").read_bytes() == b"A"
+    with pytest.raises(errors.Unavailable) as err:
+        await bundle.materialize(req, tmp_path / "c2", tmp_path / "w2", cache_dir)
+    assert err.value.message.startswith("cannot fetch capsule/capsule.json ")
+    kept = [f for f in req.capsule.files if f.path != "capsule.json"]
+    del req.capsule.files[:]
+    req.capsule.files.extend(kept)
+    await bundle.materialize(req, tmp_path / "c3", tmp_path / "w3", cache_dir)
+    assert (tmp_path / "w3" / "a.txt").read_bytes() == b"A"
+    assert (tmp_path / "c3" / "bootstrap.sh").read_bytes() == b"echo cached\n"
+
+
+async def test_an_attempts_own_capsule_json_never_enters_the_cache(blobs: BlobServer, tmp_path: pathlib.Path) -> None:
+    cache_dir = tmp_path / "cache"
+    for n in (1, 2, 3):
+        req = launch_request(blobs, shell_capsule("true\n", {"a.txt": b"A"}), attempt_number=n)
+        capsule_dir, workspace_dir = tmp_path / f"c{n}", tmp_path / f"w{n}"
+        await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir, share_cache=True)
+        placed = capsule_dir / "capsule.json"
+        digest = req.capsule.capsule_digest
+        assert hashlib.sha256(placed.read_bytes()).hexdigest() == digest
+        st = placed.lstat()
+        # a read-only file of its own, owned by the executor: no link into the cache
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o444 and st.st_nlink == 1
+        assert st.st_uid == os.geteuid()
+        assert not bundle.cache_path(cache_dir, digest).exists()
+        assert sorted(p.name for p in capsule_dir.iterdir()) == ["bootstrap.sh", "capsule.json"]
+    # three attempts, one cache: the lab's file and bootstrap.sh (and its executable twin) only,
+    # nothing per attempt
+    boot = hashlib.sha256(b"true\n").hexdigest()
+    entries = sorted(p.name for p in cache_dir.rglob("*") if p.is_file())
+    assert entries == sorted([hashlib.sha256(b"A").hexdigest(), boot, boot + ".x"]), entries
+
+
+async def test_an_own_capsule_json_that_does_not_match_is_refused_and_leaves_nothing(
+    blobs: BlobServer, tmp_path: pathlib.Path
+) -> None:
+    # a capsule of this test alone: the store is shared with the other tests
+    req = launch_request(blobs, shell_capsule(f"true # {os.urandom(8).hex()}\n"))
+    blobs.store.path(req.capsule.capsule_digest).write_bytes(b'{"schema": "forged"}')
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    with pytest.raises(errors.FailedPrecondition) as err:
+        await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    assert err.value.message.startswith("capsule/capsule.json: the blob service sent content that does not match")
+    assert not (capsule_dir / "capsule.json").exists()
+    assert not [p for p in capsule_dir.iterdir() if p.name.endswith(".part")]
+
+
+async def test_an_own_capsule_json_replaces_a_symlink_without_following_it(
+    blobs: BlobServer, tmp_path: pathlib.Path
+) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(b"untouched")
+    req = launch_request(blobs, shell_capsule("true\n"))
+    capsule_dir, workspace_dir, cache_dir, _ = _dirs(tmp_path)
+    capsule_dir.mkdir()
+    (capsule_dir / "capsule.json").symlink_to(outside)
+    await bundle.materialize(req, capsule_dir, workspace_dir, cache_dir)
+    assert not (capsule_dir / "capsule.json").is_symlink()
+    assert hashlib.sha256((capsule_dir / "capsule.json").read_bytes()).hexdigest() == req.capsule.capsule_digest
+    assert outside.read_bytes() == b"untouched"
 
 
 async def test_content_not_matching_its_digest_is_refused_naming_the_file(
