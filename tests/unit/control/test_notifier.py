@@ -28,11 +28,7 @@ def _timers_of(n: Notifier, loop: asyncio.AbstractEventLoop) -> int:
     runner, which come and go while the test runs.
     """
     handles = loop._scheduled  # type: ignore[attr-defined]
-    return sum(
-        1
-        for h in handles
-        if not h.cancelled() and getattr(h._callback, "__self__", None) is n
-    )
+    return sum(1 for h in handles if not h.cancelled() and getattr(h._callback, "__self__", None) is n)
 
 
 async def test_waiters_of_a_key_share_one_timer_and_time_out_together() -> None:
