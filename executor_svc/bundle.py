@@ -45,7 +45,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -62,6 +62,7 @@ from common.channel import aio_channel, bearer
 from common.hashing import is_digest
 from common.rpc_status import from_rpc_error
 from common.tls import ca_credentials
+from executor_svc.plumbing.blob_channels import BlobChannels
 from executor_svc.plumbing.paths import check_relative_path
 
 FETCH_CONCURRENCY = 8
@@ -133,11 +134,13 @@ async def materialize(
     *,
     concurrency: int = FETCH_CONCURRENCY,
     share_cache: bool = False,
+    channels: BlobChannels | None = None,
 ) -> None:
     """Fetch what is missing from the cache, verify what is cached, then place every file.
 
     `share_cache`: hard-link capsule and dataset files from the cache (see the module docstring
-    for when that is safe); otherwise they are private read-only copies.
+    for when that is safe); otherwise they are private read-only copies. `channels`: the
+    executor's open channels to the blob service, else one is opened for this call.
 
     Raises InvalidArgument for a path that could escape its root (absolute, '..', a symlink),
     FailedPrecondition when a blob is missing, its content does not match its digest, or a cache
@@ -160,11 +163,9 @@ async def materialize(
             )
         if missing:
             (cache_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        sem = asyncio.Semaphore(max(1, concurrency))
-        # TLS verified with the CA the control plane sent when it serves TLS
-        credentials = ca_credentials(request.blob_source.ca_pem)
-        async with aio_channel(request.blob_source.address, credentials) as channel:
+        async with _channel(request.blob_source, channels) as channel:
             stub = blob_grpc.BlobServiceStub(channel)
+            sem = asyncio.Semaphore(max(1, concurrency))
 
             async def one(e: _Entry) -> None:
                 async with sem:
@@ -177,6 +178,23 @@ async def materialize(
             await _first_error([*(one(e) for e in missing), *(mine(e) for e in own)])
     await asyncio.to_thread(_verify_cache, entries, cache_dir)
     await asyncio.to_thread(_place_all, entries, cache_dir, share_cache)
+
+
+@contextlib.asynccontextmanager
+async def _channel(source: lr_pb.BlobSource, channels: BlobChannels | None) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel to the blob service (TLS verified with the CA the control plane sent when it
+    serves TLS): the executor's open one, dropped when the service proved unreachable, or one of
+    this call's own."""
+    if channels is None:
+        async with aio_channel(source.address, ca_credentials(source.ca_pem)) as own:
+            yield own
+        return
+    channel = channels.get(source.address, source.ca_pem)
+    try:
+        yield channel
+    except errors.Unavailable:
+        channels.discard(channel)
+        raise
 
 
 def _attempt_only(e: _Entry, capsule: lr_pb.Capsule) -> bool:

@@ -45,6 +45,7 @@ from executor_svc.local.process_runtime import ProcessRuntime
 from executor_svc.local.records import AttemptDirs, AttemptRecord, Layout
 from executor_svc.local.runtime import Runtime, RuntimeState, StartSpec
 from executor_svc.plumbing import states
+from executor_svc.plumbing.blob_channels import BlobChannels
 from executor_svc.plumbing.failures import PRECHECK_EXIT_CODES, shows_oom
 from executor_svc.plumbing.locks import AttemptLocks
 from executor_svc.plumbing.materialize import materialize_attempt, remove_attempt_root
@@ -102,6 +103,7 @@ class LocalExecutor(Executor):
         self._launch_lock = asyncio.Lock()
         self._attempts = AttemptLocks()
         self._warming: asyncio.Future[None] | None = None
+        self._blob_channels = BlobChannels()
 
     @classmethod
     async def create(cls, cfg: LocalConfig) -> LocalExecutor:
@@ -234,6 +236,7 @@ class LocalExecutor(Executor):
             self.layout.cache_dir,
             concurrency=self.cfg.fetch_concurrency,
             share_cache=self.runtime.shares_cache,
+            channels=self._blob_channels,
         )
 
     async def _allocate_and_start(
@@ -435,4 +438,5 @@ class LocalExecutor(Executor):
         if self._warming is not None and not self._warming.done():
             self._warming.cancel()
             await asyncio.gather(self._warming, return_exceptions=True)
+        await self._blob_channels.close()
         await self.runtime.close()

@@ -10,6 +10,7 @@ from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 
 from executor_svc import bundle
 from executor_svc.attempt_dirs import AttemptDirs
+from executor_svc.plumbing.blob_channels import BlobChannels
 
 
 def make_attempt_dirs(dirs: AttemptDirs, out_dir: Path) -> None:
@@ -32,6 +33,7 @@ async def materialize_attempt(
     *,
     concurrency: int,
     share_cache: bool,
+    channels: BlobChannels | None = None,
 ) -> None:
     """Fresh directories, then every file fetched (digest-checked) and placed (`bundle.materialize`)."""
     await asyncio.to_thread(make_attempt_dirs, dirs, out_dir)
@@ -43,6 +45,7 @@ async def materialize_attempt(
         dirs.datasets,
         concurrency=concurrency,
         share_cache=share_cache,
+        channels=channels,
     )
 
 

@@ -41,6 +41,7 @@ from executor_svc.base import (
     out_key,
 )
 from executor_svc.capsule_env import write_token_file
+from executor_svc.plumbing.blob_channels import BlobChannels
 from executor_svc.plumbing.locks import AttemptLocks
 from executor_svc.plumbing.materialize import materialize_attempt, remove_attempt_root
 from executor_svc.slurm import observations as obs_map
@@ -92,6 +93,7 @@ class SlurmExecutor(Executor):
         self.layout = Layout(cfg.staging_dir, cfg.out_dir)
         self._lister = out_files.Lister()
         self._attempts = AttemptLocks()
+        self._blob_channels = BlobChannels()
 
     @classmethod
     async def create(cls, cfg: SlurmConfig) -> SlurmExecutor:
@@ -117,6 +119,7 @@ class SlurmExecutor(Executor):
         return ex
 
     async def close(self) -> None:
+        await self._blob_channels.close()
         await self.client.aclose()
 
     async def _slurm(self, op: Callable[[SlurmClient], Awaitable[T]]) -> T:
@@ -345,6 +348,7 @@ class SlurmExecutor(Executor):
             self.cfg.blob_cache,
             concurrency=self.cfg.fetch_concurrency,
             share_cache=self.cfg.tenants.enabled or (self.cfg.job_uid >= 0 and self.cfg.job_uid != os.geteuid()),
+            channels=self._blob_channels,
         )
         await asyncio.to_thread(bundle.verify_bootstrap, request, dirs.capsule)
         if self.cfg.tenants.enabled:

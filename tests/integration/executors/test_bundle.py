@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import pathlib
@@ -14,7 +15,8 @@ from starforge_api.job.v1 import workspace_pb2 as ws_pb
 
 from common import errors
 from executor_svc import bundle
-from tests.integration.blob_server import BlobServer
+from executor_svc.plumbing.blob_channels import BlobChannels
+from tests.integration.blob_server import BlobServer, blob_server
 from tests.integration.executors.launch_requests import launch_request, shell_capsule
 
 
@@ -285,3 +287,81 @@ def test_a_published_cache_entry_is_never_replaced(tmp_path: pathlib.Path) -> No
     assert target.stat().st_ino == inode == first.stat().st_ino
     os.link(target, tmp_path / "linked")  # what a launch placing the file does
     assert (tmp_path / "linked").read_bytes() == b"same content"
+
+
+def _connections_to(address: str) -> set[int]:
+    """The local ports of the established TCP connections to `address` (host:port) on this host
+    (`/proc/net/tcp` and `tcp6`: gRPC's sockets may be IPv6 ones with IPv4-mapped addresses; the
+    server is this test's own, so they are this process's channels)."""
+    port = int(address.rsplit(":", 1)[1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in pathlib.Path(table).read_text().splitlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:  # 01: ESTABLISHED
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+async def test_launches_share_one_open_channel_to_the_blob_service(tmp_path: pathlib.Path) -> None:
+    # a server of this test's own: no other test's connection to it can be open or pooled
+    async with blob_server(tmp_path / "srv") as blobs:
+        channels = BlobChannels()
+        seen: list[set[int]] = []
+        try:
+            for n in (1, 2, 3):
+                req = launch_request(blobs, shell_capsule(f"true # {n}\n", {"a.txt": os.urandom(8)}), attempt_number=n)
+                await bundle.materialize(
+                    req, tmp_path / f"c{n}", tmp_path / f"w{n}", tmp_path / "cache", channels=channels
+                )
+                assert (tmp_path / f"c{n}" / "bootstrap.sh").read_bytes() == f"true # {n}\n".encode()
+                seen.append(_connections_to(blobs.address))
+        finally:
+            await channels.close()
+        # one connection, opened by the first launch and still the one open after the third
+        assert len(seen[0]) == 1 and seen == [seen[0]] * 3, seen
+        await _until_no_connection_to(blobs.address)
+        # without the executor's channels, a launch's own channel is closed when it is done
+        req = launch_request(blobs, shell_capsule("true # own channel\n"))
+        await bundle.materialize(req, tmp_path / "c4", tmp_path / "w4", tmp_path / "cache")
+        await _until_no_connection_to(blobs.address)
+
+
+async def _until_no_connection_to(address: str) -> None:
+    """Wait for the connections of closed channels to go (gRPC closes their sockets after close)."""
+    for _ in range(100):
+        if not _connections_to(address):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"a connection to {address} stayed open after its channel was closed")
+
+
+async def test_a_blob_service_found_unreachable_gets_a_new_channel_next_time(
+    blobs: BlobServer, tmp_path: pathlib.Path
+) -> None:
+    channels = BlobChannels()
+    try:
+        req = launch_request(blobs, shell_capsule("true # unreachable\n"))
+        req.blob_source.address = "127.0.0.1:9"  # nothing listens there
+        first = channels.get("127.0.0.1:9", "")
+        with pytest.raises(errors.Unavailable):
+            await bundle.materialize(req, tmp_path / "c", tmp_path / "w", tmp_path / "cache", channels=channels)
+        assert channels.get("127.0.0.1:9", "") is not first
+        # a reachable service's channel is kept
+        req = launch_request(blobs, shell_capsule("true # reachable\n"))
+        kept = channels.get(blobs.address, "")
+        await bundle.materialize(req, tmp_path / "c2", tmp_path / "w2", tmp_path / "cache", channels=channels)
+        assert channels.get(blobs.address, "") is kept
+    finally:
+        await channels.close()
+
+
+async def test_past_its_limit_the_least_recently_used_channel_is_retired() -> None:
+    channels = BlobChannels(limit=2)
+    a = channels.get("127.0.0.1:9", "")
+    b = channels.get("127.0.0.1:10", "")
+    assert channels.get("127.0.0.1:9", "") is a  # a is now the most recently used
+    channels.get("127.0.0.1:11", "")
+    assert channels.get("127.0.0.1:9", "") is a
+    assert channels.get("127.0.0.1:10", "") is not b  # b was retired
+    await asyncio.wait_for(channels.close(), 5.0)
