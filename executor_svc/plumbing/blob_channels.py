@@ -28,7 +28,9 @@ MAX_CHANNELS = 4
 # (a blob's own deadline grows with its size), and the executor's close ends them at once.
 RETIRED_GRACE_SECONDS = 6 * 3600.0
 
-_Key = tuple[int, str, str]  # (id of the event loop, address, CA PEM)
+# (event loop, address, CA PEM): a channel serves only the loop it was made in; the loop itself,
+# not its id, so that a later loop can never be taken for a closed one that had the same id
+_Key = tuple[asyncio.AbstractEventLoop, str, str]
 
 
 class BlobChannels:
@@ -42,7 +44,7 @@ class BlobChannels:
 
     def get(self, address: str, ca_pem: str) -> grpc.aio.Channel:
         """The open channel to `address` trusting `ca_pem` (plaintext when empty), made on first use."""
-        key = (id(asyncio.get_running_loop()), address, ca_pem)
+        key = (asyncio.get_running_loop(), address, ca_pem)
         channel = self._open.get(key)
         if channel is not None:
             self._open.move_to_end(key)
@@ -64,8 +66,8 @@ class BlobChannels:
     async def close(self) -> None:
         """Close every channel of the running loop at once, retired ones included (the channels
         of other loops went with their loops)."""
-        loop_id = id(asyncio.get_running_loop())
-        mine = [c for (lid, _, _), c in self._open.items() if lid == loop_id]
+        loop = asyncio.get_running_loop()
+        mine = [c for (made_in, _, _), c in self._open.items() if made_in is loop]
         self._open.clear()
         for task in self._closing:
             task.cancel()
