@@ -39,8 +39,8 @@ class BlobChannels:
     def __init__(self, limit: int = MAX_CHANNELS) -> None:
         self.limit = max(1, limit)
         self._open: OrderedDict[_Key, grpc.aio.Channel] = OrderedDict()
-        self._closing: set[asyncio.Task[None]] = set()
-        self._retired: list[grpc.aio.Channel] = []
+        # retired channels, by the task that closes each once its calls end
+        self._retiring: dict[asyncio.Task[None], grpc.aio.Channel] = {}
 
     def get(self, address: str, ca_pem: str) -> grpc.aio.Channel:
         """The open channel to `address` trusting `ca_pem` (plaintext when empty), made on first use."""
@@ -69,21 +69,14 @@ class BlobChannels:
         loop = asyncio.get_running_loop()
         mine = [c for (made_in, _, _), c in self._open.items() if made_in is loop]
         self._open.clear()
-        for task in self._closing:
+        retiring, self._retiring = self._retiring, {}
+        for task in retiring:
             task.cancel()
-        retired, self._retired = self._retired, []
-        await asyncio.gather(*self._closing, return_exceptions=True)
-        await asyncio.gather(*(c.close(None) for c in [*mine, *retired]), return_exceptions=True)
+        await asyncio.gather(*retiring, return_exceptions=True)
+        await asyncio.gather(*(c.close(None) for c in [*mine, *retiring.values()]), return_exceptions=True)
 
     def _retire(self, channel: grpc.aio.Channel) -> None:
         """Close `channel` once the calls running on it end (RETIRED_GRACE_SECONDS at most)."""
-        self._retired.append(channel)
         task = asyncio.ensure_future(channel.close(RETIRED_GRACE_SECONDS))
-        self._closing.add(task)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._closing.discard(t)
-            if not t.cancelled() and channel in self._retired:
-                self._retired.remove(channel)
-
-        task.add_done_callback(done)
+        self._retiring[task] = channel
+        task.add_done_callback(lambda t: self._retiring.pop(t, None))
