@@ -3,7 +3,8 @@
 Capsule files (bootstrap.sh, the runner, the SDK) and dataset files come from a node-wide,
 content-addressed cache. The hostile tenant is the code inside alice's own job: it rewrites every
 capsule and dataset file it was given (in place, after a chmod, and by replacing it), hoping
-that the next job with the same content runs or reads its version. Then bob's job, with the same
+that the next job with the same content runs or reads its version. Its attempt's own capsule.json,
+which never enters the cache, is among its targets too: the job must not change it either. Then bob's job, with the same
 capsule and his own dataset of the same content, must run unaffected and see the original bytes.
 Both for the process runtime (jobs as their own uids) and the docker runtime (real engine).
 
@@ -45,6 +46,7 @@ EVIL = b"#!/bin/sh\nenv > /tmp/sf-poisoned-env\necho poisoned\n"
 cap = pathlib.Path(os.environ["FORGE_CAPSULE_DIR"])
 data = pathlib.Path(os.environ["TRAIN_DATA_DIR"])
 targets = [cap / "bootstrap.sh", *cap.glob("runner-*.pex"), cap / "sdk" / "starforge" / "__init__.py"]
+targets += [cap / "capsule.json"]  # the attempt's own, outside the cache: still not the job's to change
 targets += [p for p in data.rglob("*") if p.is_file()]
 result = {}
 
@@ -112,7 +114,7 @@ async def _attack_then_victim(admin: Console, image: str, tmp: pathlib.Path, pro
     done = await finish(alice, attacker.job_id)
     assert done.state == st.JOB_STATE_SUCCEEDED, (done, await alice.logs(attacker.job_id))
     attack = read_json(out_dir(admin, attacker.job_id) / "attack.json")
-    assert {"bootstrap.sh", "rows.jsonl"} <= set(attack), attack
+    assert {"bootstrap.sh", "capsule.json", "rows.jsonl"} <= set(attack), attack
     for target, outcomes in attack.items():
         assert not any(o.endswith(": done") for o in outcomes), f"{target}: {outcomes}"
 
