@@ -589,15 +589,19 @@ def set_wait(s: Session, waiting: dict[str, tuple[int, str, int]]) -> None:
         return
     ids = list(waiting)
     current: dict[str, tuple[int, str, int]] = {}
-    # in chunks: one statement takes at most 65,535 parameters on PostgreSQL (a big queue has more)
+    # In chunks: one statement takes at most 65,535 parameters on PostgreSQL (a big queue has
+    # more). By id alone, the state checked here: with `state = QUEUED` in the statement SQLite
+    # read the chunk through the state index, every QUEUED job of the ledger for each chunk (at
+    # 1,000,000 queued, 2.9 s per chunk of 10,000 instead of 0.04 s by the primary key).
     for i in range(0, len(ids), SET_WAIT_CHUNK):
         current.update(
             (r.id, (r.wait_reason, r.wait_message, r.queue_position))
             for r in s.execute(
-                select(m.Job.id, m.Job.wait_reason, m.Job.wait_message, m.Job.queue_position).where(
-                    m.Job.id.in_(ids[i : i + SET_WAIT_CHUNK]), m.Job.state == sm.QUEUED
+                select(m.Job.id, m.Job.state, m.Job.wait_reason, m.Job.wait_message, m.Job.queue_position).where(
+                    m.Job.id.in_(ids[i : i + SET_WAIT_CHUNK])
                 )
             )
+            if r.state == sm.QUEUED
         )
     changed = [
         {"b_id": job_id, "b_reason": value[0], "b_message": value[1], "b_position": value[2]}

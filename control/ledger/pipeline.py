@@ -8,7 +8,7 @@ retry left) or STOPPED, the stages after it are STOPPED, each saying why.
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import literal_column, select
 from sqlalchemy.orm import Session
 from starforge_api.job.v1 import job_state_pb2 as st
 
@@ -21,10 +21,13 @@ NEVER = jobs.NEVER  # not_before of a stage whose parent has not succeeded
 
 
 def _children(s: Session, job_id: str) -> list[m.Job]:
+    """The stages waiting on `job_id`, through `ix_jobs_stages_waiting`: its partial condition is
+    written out as a literal, as both databases need to see it to use the index."""
     return list(
         s.scalars(
             select(m.Job)
             .where(
+                m.Job.parent_job_id != literal_column("''"),
                 m.Job.parent_job_id == job_id,
                 m.Job.state == sm.QUEUED,
                 m.Job.wait_reason == st.WAIT_REASON_DEPENDENCY,

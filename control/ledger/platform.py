@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from sqlalchemy import select
+from sqlalchemy import Select, literal_column, select
 from sqlalchemy.orm import Session
 from starforge_api.job.v1 import job_pb2
 from starforge_api.job.v1 import job_state_pb2 as st
@@ -51,16 +51,19 @@ def request_stops(
     return out
 
 
+def _stopped_by(by: str, state: int) -> Select[m.Job]:
+    """The jobs the platform stopped (`by`) that rest in `state`, through the partial index
+    `ix_jobs_platform_stopped`: every reconcile pass asks, and the state index alone would read
+    every STOPPED job ever (a user's stops included). Its condition is written out as a literal,
+    as both databases need to see it to use the index."""
+    return select(m.Job).where(m.Job.stopped_by != literal_column("''"), m.Job.stopped_by == by, m.Job.state == state)
+
+
 def requeue(s: Session, closed: dict[str, tuple[int, str]], now: float | None = None) -> list[str]:
     """Queue again the jobs the platform stopped, once a fleet that can run them takes work."""
     now = time.time() if now is None else now
     out = []
-    rows = s.scalars(
-        select(m.Job).where(
-            ((m.Job.state == sm.PAUSED) & (m.Job.stopped_by == DRAIN))
-            | ((m.Job.state == sm.STOPPED) & (m.Job.stopped_by == WINDOW))
-        )
-    )
+    rows = [*s.scalars(_stopped_by(DRAIN, sm.PAUSED)), *s.scalars(_stopped_by(WINDOW, sm.STOPPED))]
     for job in rows:
         if job.stopped_by == WINDOW:
             fleets = json.loads(job.eligible_fleets or "[]")

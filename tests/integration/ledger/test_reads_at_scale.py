@@ -1,0 +1,190 @@
+"""Reads the control plane makes per finished job, per reconcile pass and per scheduler write do
+not grow with the queue (SQLite and PostgreSQL).
+
+Each test measures what the database does for one call with a short and with a long queue (or
+history) of unrelated jobs: on PostgreSQL the rows it read (`pg_stat_xact_user_tables`, this
+transaction's own counts), on SQLite the virtual machine's steps (a progress handler). A read
+that goes through every QUEUED or STOPPED job grows by at least one row (and several steps) per
+unrelated job; one through an index by a few at most. With 1,000,000 queued jobs the reads these
+tests cover took seconds each: the stages of a finished job (`pipeline.on_end`, 2.5-3 s per
+finished job) and the scheduler's wait records (`jobs.set_wait`, 2.9 s per 10,000 jobs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+from starforge_api.job.v1 import job_state_pb2 as st
+
+from common import ids
+from control import metrics
+from control.db import engine
+from control.db import models as m
+from control.db.engine import Database
+from control.ledger import jobs, outcomes, platform
+from control.ledger import state_machine as sm
+from tests import factories as f
+from tests.integration.ledger.test_group_commit import _new
+
+SHORT, LONG = 200, 1_400  # unrelated jobs before the first and the second measurement
+# What a read may grow by between the two measurements: far less than one row (PostgreSQL) or
+# five steps (SQLite) per unrelated job, which is what a read through all of them costs.
+ROWS_SLACK = 50
+STEPS_SLACK = 2_000
+PG_ROWS_READ = text(
+    "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) FROM pg_stat_xact_user_tables "
+    "WHERE relname = 'jobs'"
+)
+
+
+def _work(db: Database, fn: Callable[[Session], Any]) -> int:
+    """What the database did for `fn(s)` (and the flush of what it changed), in one transaction."""
+
+    def go(s: Session) -> int:
+        conn = s.connection()
+        if db.sqlite:
+            raw: Any = conn.connection.dbapi_connection
+            steps = [0]
+
+            def tick() -> int:
+                steps[0] += 1
+                return 0  # go on
+
+            raw.set_progress_handler(tick, 10)
+            try:
+                fn(s)
+                s.flush()
+            finally:
+                raw.set_progress_handler(None, 10)
+            return steps[0] * 10
+        before = int(conn.execute(PG_ROWS_READ).scalar_one())
+        fn(s)
+        s.flush()
+        return int(conn.execute(PG_ROWS_READ).scalar_one()) - before
+
+    return db.run_sync(go)
+
+
+def _unrelated(db: Database, n: int, *, state: int = sm.QUEUED, owner: str = "bob") -> None:
+    """`n` more jobs of another owner in `state`: copies of one made as the factory makes them."""
+
+    def go(s: Session) -> None:
+        template = f.job(s, owner=owner, state=state)
+        table = m.Job.__table__
+        row = dict(s.execute(select(table).where(table.c.id == template.id)).one()._mapping)
+        columns = list(row)
+        seq = jobs.reserve_counter(s, "job_seq", n)
+        rows = [
+            tuple(ids.new_job_id() if c == "id" else seq + i if c == "seq" else row[c] for c in columns)
+            for i in range(n)
+        ]
+        engine.insert_rows(s, "jobs", columns, rows)
+
+    db.run_sync(go)
+    if not db.sqlite:  # as autovacuum would: the planner's estimates from the rows there are
+        with db.engine.connect() as conn:
+            conn.execute(text("ANALYZE jobs"))
+
+
+def _grows_little(db: Database, short: int, long: int) -> None:
+    slack = STEPS_SLACK if db.sqlite else ROWS_SLACK
+    unit = "steps" if db.sqlite else "rows read"
+    assert long - short < slack, (
+        f"{short} {unit} with {SHORT} other jobs, {long} with {LONG}: the read goes through them"
+    )
+
+
+def _pipeline_head(db: Database) -> str:
+    """A running job with one stage waiting on it."""
+    (head,) = db.run_sync(lambda s: jobs.create_jobs(s, [_new(stages=["eval"])]))
+    db.run_sync(lambda s: f.attempt(s, jobs.get_job(s, head.job.id), to=sm.RUNNING))
+    return head.job.id
+
+
+def _end(job_id: str, exit_code: int, state: int) -> Callable[[Session], None]:
+    def go(s: Session) -> None:
+        job = jobs.get_job(s, job_id)
+        attempt = jobs.current_attempt(s, job)
+        assert attempt is not None
+        outcomes.finish_attempt(s, job, attempt, exit_code=exit_code)
+        assert job.state == state
+
+    return go
+
+
+def _stage_of(db: Database, job_id: str) -> m.Job:
+    return db.run_sync(lambda s: s.scalars(select(m.Job).where(m.Job.parent_job_id == job_id)).one())
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "state", "stage_state"), [(0, sm.SUCCEEDED, sm.QUEUED), (3, sm.FAILED, sm.STOPPED)]
+)
+def test_a_finished_job_finds_its_stages_without_reading_the_queue(
+    db: Database, exit_code: int, state: int, stage_state: int
+) -> None:
+    db.run_sync(lambda s: [f.user(s, n) for n in ("alice", "bob")])
+    first, second = _pipeline_head(db), _pipeline_head(db)
+    _unrelated(db, SHORT)
+    short = _work(db, _end(first, exit_code, state))
+    _unrelated(db, LONG - SHORT)
+    long = _work(db, _end(second, exit_code, state))
+    _grows_little(db, short, long)
+    for head in (first, second):  # and the stage was released or stopped, as before
+        assert _stage_of(db, head).state == stage_state
+
+
+def test_wait_records_are_read_by_id_not_through_the_queue(db: Database) -> None:
+    db.run_sync(lambda s: [f.user(s, n) for n in ("alice", "bob")])
+    mine = db.run_sync(lambda s: [f.job(s).id for _ in range(10)])
+    _unrelated(db, SHORT)
+
+    def wait(position: int) -> Callable[[Session], None]:
+        return lambda s: jobs.set_wait(
+            s, {j: (st.WAIT_REASON_CAPACITY, "waiting", position + i) for i, j in enumerate(mine)}
+        )
+
+    short = _work(db, wait(1))
+    _unrelated(db, LONG - SHORT)
+    long = _work(db, wait(2))
+    _grows_little(db, short, long)
+    assert db.run_sync(lambda s: [jobs.get_job(s, j).queue_position for j in mine]) == list(range(2, 12))
+
+
+def test_the_platforms_stops_are_found_without_reading_every_stopped_job(db: Database) -> None:
+    db.run_sync(lambda s: [f.user(s, n) for n in ("alice", "bob")])
+
+    def window_stopped(s: Session) -> str:
+        job = f.job(s, state=sm.STOPPED)
+        job.stopped_by = platform.WINDOW
+        return job.id
+
+    first = db.run_sync(window_stopped)
+    _unrelated(db, SHORT, state=sm.STOPPED)  # stopped by their owner: never queued again by the platform
+    short = _work(db, lambda s: platform.requeue(s, {}))
+    second = db.run_sync(window_stopped)
+    _unrelated(db, LONG - SHORT, state=sm.STOPPED)
+    long = _work(db, lambda s: platform.requeue(s, {}))
+    _grows_little(db, short, long)
+    states = db.run_sync(lambda s: [jobs.get_job(s, j).state for j in (first, second)])
+    assert states == [sm.QUEUED, sm.QUEUED], "and they were queued again, as before"
+
+
+@pytest.mark.parametrize("cost", [0.0, 3600.0])
+def test_a_slow_queue_depth_read_is_not_repeated_at_every_scrape(db: Database, cost: float) -> None:
+    db.run_sync(lambda s: f.user(s, "alice"))
+    collector = metrics.LedgerCollector(db, cache_seconds=0.0)
+
+    def depth() -> float:
+        (family,) = [fam for fam in collector.collect() if fam.name == "starforge_queue_depth"]
+        return sum(sample.value for sample in family.samples)
+
+    assert depth() == 0
+    collector._cost = cost  # as if the last read had taken that long
+    db.run_sync(f.job)
+    time.sleep(0.01)
+    assert depth() == (0 if cost else 1), "a read kept READ_COST_FACTOR times its cost, at least"
