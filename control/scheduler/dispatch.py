@@ -57,6 +57,14 @@ STATUS_REFRESH_SECONDS = 5.0
 # queued again without a backoff: a claim re-checks every job, so this only delays a wait reason
 # or a queue position, or a job queued again there until a scheduler that saw it places it).
 LEDGER_PASS_SECONDS = 60.0
+# A full pass writes every candidate's wait reason and queue position (jobs.set_wait): when the
+# queue moves, every position behind it changes, so with a big queue that is a write of every
+# held job (~50,000 rows at 1,000,000 queued of 1,000 owners, about a second of the database
+# thread). With a big queue a full pass writes them only once STATUS_COST_FACTOR times the last
+# write's duration has passed since it, so they take at most about 1 / (1 + STATUS_COST_FACTOR)
+# of the database thread (at 1,000,000 queued: every ~10 s instead of every full pass, which with
+# free capacity to backfill is every cycle). A small queue's full passes all write, as before.
+STATUS_COST_FACTOR = 10.0
 # Decisions a cycle makes at most when fast-pass heads turn out stale (their claim finds the job gone).
 MAX_DECISIONS = 3
 LEASE_SECONDS = 60.0
@@ -174,7 +182,9 @@ class Scheduler:
         self._tasks: set[asyncio.Task[None]] = set()
         self._launch_slots = asyncio.Semaphore(32)
         self._big_queue = False  # the last full pass had more than FULL_PASS_CANDIDATES candidates
-        self._status_at = 0.0  # when wait reasons and positions were last written (a full pass)
+        self._status_at = 0.0  # when the last full pass decided every candidate's wait reason
+        self._written_at = 0.0  # when wait reasons and positions were last written (a full pass)
+        self._write_cost = 0.0  # how long that write took (seconds; see STATUS_COST_FACTOR)
         self._ledger_at = 0.0  # when the held heads were last read from the ledger (heads.load)
         # Each owner's first PER_OWNER jobs as of the last full pass, kept up to date from what
         # changed since: the fast pass reads no queue rows (heads.py).
@@ -329,10 +339,14 @@ class Scheduler:
             # claimed, gone or held by another replica: the heads read each one again
             self.heads.recheck(j for j, _ in decision.placed)
             if full:
-                jobs.set_wait(
-                    s, {j: (r, msg, decision.positions.get(j, 0)) for j, (r, msg) in decision.waiting.items()}
-                )
                 self._status_at = now
+                if not self._big_queue or now - self._written_at >= STATUS_COST_FACTOR * self._write_cost:
+                    started = time.perf_counter()
+                    jobs.set_wait(
+                        s, {j: (r, msg, decision.positions.get(j, 0)) for j, (r, msg) in decision.waiting.items()}
+                    )
+                    self._write_cost = time.perf_counter() - started
+                    self._written_at = now
                 break
             if not lost:
                 break

@@ -270,3 +270,28 @@ def test_plain_reads_take_marks_and_raise_as_sqlalchemy(db: Database) -> None:
     assert db.run_sync(lambda s: engine.read_rows(s, "SELECT ? + 1, ?", (41, "x"))) == [(42, "x")]
     with pytest.raises(DBAPIError):
         db.run_sync(lambda s: engine.read_rows(s, "SELECT missing FROM nowhere WHERE a = ?", (1,)))
+
+
+@pytest.mark.parametrize("big", [True, False])
+def test_a_big_queues_wait_records_are_written_as_often_as_their_cost_allows(
+    db: Database, sched: Scheduler, monkeypatch: pytest.MonkeyPatch, big: bool
+) -> None:
+    """With a big queue every position behind a dispatched job changes, so writing them all is
+    as long as the queue: a full pass writes them only once STATUS_COST_FACTOR times the last
+    write's duration has passed. It still decides and places. A small queue's full passes all
+    write, as before."""
+    if not big:
+        monkeypatch.setattr(dispatch, "FULL_PASS_CANDIDATES", 1_000)
+    _users(db, "alice")
+    alice = _queue(db, "alice", 6)
+    assert [c.job_id for c in db.run_sync(sched._place)] == [alice[0]]  # the fleet's 8 GPUs
+    assert _state(db, alice[2]).queue_position == 2
+    sched._write_cost = 3600.0  # as if that write had taken an hour
+    _finish(db, alice[0])
+    sched._status_at = 0.0  # a full pass
+    assert [c.job_id for c in db.run_sync(sched._place)] == [alice[1]], "it still places"
+    assert _state(db, alice[2]).queue_position == (2 if big else 1)
+    sched._write_cost = 0.0
+    sched._status_at = 0.0
+    assert db.run_sync(sched._place) == []
+    assert _state(db, alice[2]).queue_position == 1, "written once the cost allows"

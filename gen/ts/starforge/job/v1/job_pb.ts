@@ -265,7 +265,9 @@ export type WaitInfo = Message<"starforge.job.v1.WaitInfo"> & {
   message: string;
 
   /**
-   * 1-based position among QUEUED jobs of its queue, in dispatch order; 0 when unknown.
+   * 1-based position among QUEUED jobs of its queue, in dispatch order, as the scheduler last wrote
+   * it (at its full passes, at most seconds apart; with a very large queue as often as writing every
+   * position allows, about every 10 s at 1,000,000 queued); 0 when unknown.
    *
    * @generated from field: int32 queue_position = 3;
    */

@@ -1637,7 +1637,9 @@ class WaitInfo(betterproto2.Message):
 
     queue_position: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
     """
-    1-based position among QUEUED jobs of its queue, in dispatch order; 0 when unknown.
+    1-based position among QUEUED jobs of its queue, in dispatch order, as the scheduler last wrote
+    it (at its full passes, at most seconds apart; with a very large queue as often as writing every
+    position allows, about every 10 s at 1,000,000 queued); 0 when unknown.
     """
 
     queue: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
