@@ -19,17 +19,25 @@ cycles.
 
 Peer (a floor, not a scheduler): the globally next job in (priority desc, seq) order, no fair share,
 with two index seeks on the same table (top priority, then its lowest seq).
+
+Drain: the same console on the same ledger with its fleet open (the queued jobs' train.sh, `true`,
+put in the blob store), so it runs them: jobs SUCCEEDED per second over DRAIN_S once the first one
+did, against the same console on a ledger of SMALL_QUEUE jobs. It measures what the pick does not:
+everything the database thread does per job and per cycle with the whole queue behind it (the
+claim, the full passes' wait records, the end of each job).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pathlib
 import sqlite3
 import time
 from typing import Any
 
-from bench.common import QUICK, Result, fresh_dir, loadavg, log, summary
+from bench.common import QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, summary
 
 # STARFORGE_BENCH_QUEUE_JOBS: another queue size while iterating (the table's figure is 1,000,000).
 JOBS = int(os.environ.get("STARFORGE_BENCH_QUEUE_JOBS") or (20_000 if QUICK else 1_000_000))
@@ -37,6 +45,10 @@ USERS = 200 if QUICK else 1_000
 MEMORY_WATCH_S = 3.0 if QUICK else 30.0
 ROUNDS = 4 if QUICK else 30
 FAST_PER_ROUND = 20 if QUICK else 100  # cycles between two full passes, each timed
+DRAIN_S = 5.0 if QUICK else 30.0  # how long the drain is counted, once the first job succeeded
+SMALL_QUEUE = 1_000  # the drain's peer: the same console with this many queued (users: USERS // 10)
+TRAIN_SH = b"#!/usr/bin/env bash\ntrue\n"  # every queued job's train.sh
+SUCCEEDED = 5  # starforge.job.v1.JOB_STATE_SUCCEEDED
 
 
 def _template() -> dict[str, Any]:
@@ -52,7 +64,8 @@ def _template() -> dict[str, Any]:
         recipe_lock=job_spec_pb2.RecipeLock(method=recipe.name, version=recipe.version, digest=recipe.digest),
         config_json=json.dumps({"image": "host", "observability": "platform"}),
         workspace=workspace_pb2.WorkspaceManifest(files=[workspace_pb2.WorkspaceFile(
-            path="experiments/exp/train.sh", sha256="0" * 64, size=40, executable=True)]),
+            path="experiments/exp/train.sh", sha256=hashlib.sha256(TRAIN_SH).hexdigest(), size=len(TRAIN_SH),
+            executable=True)]),
     )  # fmt: skip
     pools = [job_spec_pb2.Pool(name="main", series="cpu", nodes=1, gpus_per_node=0)]
     return {
@@ -69,7 +82,7 @@ def _template() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def build_ledger(state_dir: Any) -> None:
+def build_ledger(state_dir: Any, n_jobs: int = JOBS, n_users: int = USERS) -> None:
     from common import ids
     from control import auth
     from control.db import migrate
@@ -83,7 +96,7 @@ def build_ledger(state_dir: Any) -> None:
         auth.create_user(s, "root", admin=True)
         token, _ = auth.issue_token(s, "root", "pat", name="bootstrap")
         (state_dir / "admin-token").write_text(token + "\n")
-        for u in range(USERS):
+        for u in range(n_users):
             auth.create_user(s, f"user-{u:04d}")
 
     db.run_sync(users)
@@ -103,20 +116,20 @@ def build_ledger(state_dir: Any) -> None:
     )
     fixed = tuple(t.values())
     chunk = 50_000
-    for start in range(0, JOBS, chunk):
+    for start in range(0, n_jobs, chunk):
         rows = []
         events = []
-        for i in range(start, min(JOBS, start + chunk)):
-            at = now - JOBS + i
+        for i in range(start, min(n_jobs, start + chunk)):
+            at = now - n_jobs + i
             # the id format of common.ids.new_job_id (time-sortable), made unique by construction
             job_id = "j" + ids._b32(int(at * 1000), 8) + ids._b32(i, 5)
-            owner = f"user-{i % USERS:04d}"
+            owner = f"user-{i % n_users:04d}"
             rows.append((job_id, owner, i + 1, at, at, *_owned(fixed, owner)))
             events.append((job_id, at))
         conn.executemany(job_sql, rows)
         conn.executemany(ev_sql, events)
         conn.commit()
-    conn.execute("INSERT INTO counters (name, value) VALUES ('job_seq', ?)", (JOBS,))
+    conn.execute("INSERT INTO counters (name, value) VALUES ('job_seq', ?)", (n_jobs,))
     conn.commit()
     conn.close()
 
@@ -215,6 +228,47 @@ def measure_memory(state_dir: Any) -> dict[str, float]:
     return {**mem, "watched_s": MEMORY_WATCH_S, "log_bytes": float(len(log_tail))}
 
 
+def _open_with_train_sh(state_dir: pathlib.Path) -> None:
+    """The queued jobs' train.sh in the console's blob store, and the fleet no longer drained."""
+    digest = hashlib.sha256(TRAIN_SH).hexdigest()
+    blob = state_dir / "blobs" / digest[:2] / digest
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(TRAIN_SH)
+    blob.chmod(0o444)
+    conn = sqlite3.connect(state_dir / "ledger.db")
+    conn.execute("DELETE FROM fleet_states")
+    conn.commit()
+    conn.close()
+
+
+def _succeeded(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM jobs WHERE state = ?", (SUCCEEDED,)).fetchone()[0])
+
+
+def measure_drain(state_dir: pathlib.Path) -> dict[str, float]:
+    """Jobs SUCCEEDED per second by the console on this ledger, its fleet open (see the module's
+    docstring): counted for DRAIN_S from the first success (the node's first job starts its runner)."""
+    from bench.console import running_console
+
+    _open_with_train_sh(state_dir)
+    with running_console(state_dir) as console:
+        conn = sqlite3.connect(f"file:{state_dir / 'ledger.db'}?mode=ro", uri=True)
+        try:
+            deadline = time.monotonic() + 180
+            while _succeeded(conn) == 0:
+                if time.monotonic() > deadline or console.proc.poll() is not None:
+                    tail = (state_dir / "console.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"queue: no job succeeded within 180 s of the console's start:\n{tail}")
+                time.sleep(0.2)
+            n0, t0 = _succeeded(conn), time.monotonic()
+            time.sleep(DRAIN_S)
+            n1, t1 = _succeeded(conn), time.monotonic()
+            failed = int(conn.execute("SELECT count(*) FROM jobs WHERE state = 6").fetchone()[0])
+        finally:
+            conn.close()
+    return {"per_s": (n1 - n0) / (t1 - t0), "succeeded": float(n1 - n0), "window_s": t1 - t0, "failed": float(failed)}
+
+
 def run() -> list[Result]:
     work = fresh_dir("queue")
     state = work / "console"
@@ -236,6 +290,16 @@ def run() -> list[Result]:
     log(f"queue: 1-minute load average {load['min']:.1f}-{load['max']:.1f} during the pick")
     memory = measure_memory(state)
     log(f"queue: console peak RSS {memory['control_peak_mib']:.0f} MiB")
+    drain = measure_drain(state)
+    small = work / "small"
+    small.mkdir()
+    build_ledger(small, min(SMALL_QUEUE, JOBS), max(1, USERS // 10))
+    small_drain = measure_drain(small)
+    log(
+        f"queue: {drain['per_s']:.1f} jobs SUCCEEDED/s with {JOBS:,} queued, "
+        f"{small_drain['per_s']:.1f} with {min(SMALL_QUEUE, JOBS):,} ({drain['failed']:.0f} and "
+        f"{small_drain['failed']:.0f} failed)"
+    )
     p99 = pick["pick"]["p99"]
     return [
         Result(
@@ -265,5 +329,19 @@ def run() -> list[Result]:
             met=memory["control_peak_mib"] <= 1024,
             command="python -m bench queue",
             details={"memory": memory},
+        ),
+        Result(
+            name="queue-drain",
+            metric=f"jobs SUCCEEDED/s with {JOBS:,} queued / {USERS:,} users, fleet open (trivial jobs)",
+            figure=drain["per_s"],
+            unit="jobs/s",
+            peer=f"the same console with {min(SMALL_QUEUE, JOBS):,} queued",
+            peer_figure=small_drain["per_s"],
+            ratio=ratio_higher_better(drain["per_s"], small_drain["per_s"]),
+            ratio_note=f"{JOBS:,} queued / {min(SMALL_QUEUE, JOBS):,} queued",
+            target="(reported)",
+            met=None,
+            command="python -m bench queue",
+            details={"drain": drain, "small_queue_drain": small_drain},
         ),
     ]
