@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from starforge_api.executor.v1 import launch_request_pb2 as lr
 from starforge_api.job.v1 import job_pb2, job_spec_pb2
@@ -562,21 +562,14 @@ def _record_digests(job: m.Job, attempt: m.Attempt, launch: lr.LaunchRequest) ->
 
 def queue_position(s: Session, job: m.Job) -> int:
     """1-based position of a QUEUED job in dispatch order (the scheduler's, fair share included;
-    FIFO within priority for a job the scheduler has not ranked yet)."""
+    FIFO within priority for a job the scheduler has not ranked yet, 0 (unknown) when that is
+    past jobs.AHEAD_COUNTED)."""
     if job.state != sm.QUEUED:
         return 0
     if job.queue_position:
         return job.queue_position
-    ahead = s.scalar(
-        select(func.count())
-        .select_from(m.Job)
-        .where(
-            m.Job.state == sm.QUEUED,
-            m.Job.queue == job.queue,
-            (m.Job.priority > job.priority) | ((m.Job.priority == job.priority) & (m.Job.seq < job.seq)),
-        )
-    )
-    return int(ahead or 0) + 1
+    ahead = jobs.count_ahead(s, job.queue, job.priority, job.seq)
+    return 0 if ahead is None else ahead + 1
 
 
 def take_lease(s: Session, attempt_id: str, owner: str, now: float) -> bool:

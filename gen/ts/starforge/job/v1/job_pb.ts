@@ -267,7 +267,9 @@ export type WaitInfo = Message<"starforge.job.v1.WaitInfo"> & {
   /**
    * 1-based position among QUEUED jobs of its queue, in dispatch order, as the scheduler last wrote
    * it (at its full passes, at most seconds apart; with a very large queue as often as writing every
-   * position allows, about every 10 s at 1,000,000 queued); 0 when unknown.
+   * position allows, about every 10 s at 1,000,000 queued). Until the scheduler ranks the job: its
+   * place in submission order within its priority, counted up to 10,000 jobs ahead. 0 when unknown
+   * (further back than that).
    *
    * @generated from field: int32 queue_position = 3;
    */
