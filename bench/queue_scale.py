@@ -48,7 +48,7 @@ FAST_PER_ROUND = 20 if QUICK else 100  # cycles between two full passes, each ti
 DRAIN_S = 5.0 if QUICK else 30.0  # how long the drain is counted, once the first job succeeded
 SMALL_QUEUE = 1_000  # the drain's peer: the same console with this many queued (users: USERS // 10)
 TRAIN_SH = b"#!/usr/bin/env bash\ntrue\n"  # every queued job's train.sh
-SUCCEEDED = 5  # starforge.job.v1.JOB_STATE_SUCCEEDED
+FIRST_SUCCESS_S = 180.0  # how long the drain waits for its first job to succeed
 
 
 def _template() -> dict[str, Any]:
@@ -241,29 +241,33 @@ def _open_with_train_sh(state_dir: pathlib.Path) -> None:
     conn.close()
 
 
-def _succeeded(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM jobs WHERE state = ?", (SUCCEEDED,)).fetchone()[0])
+def _count(conn: sqlite3.Connection, state: int) -> int:
+    return int(conn.execute("SELECT count(*) FROM jobs WHERE state = ?", (state,)).fetchone()[0])
 
 
 def measure_drain(state_dir: pathlib.Path) -> dict[str, float]:
     """Jobs SUCCEEDED per second by the console on this ledger, its fleet open (see the module's
     docstring): counted for DRAIN_S from the first success (the node's first job starts its runner)."""
+    from starforge_api.job.v1 import job_state_pb2 as st
+
     from bench.console import running_console
 
     _open_with_train_sh(state_dir)
     with running_console(state_dir) as console:
         conn = sqlite3.connect(f"file:{state_dir / 'ledger.db'}?mode=ro", uri=True)
         try:
-            deadline = time.monotonic() + 180
-            while _succeeded(conn) == 0:
+            deadline = time.monotonic() + FIRST_SUCCESS_S
+            while _count(conn, st.JOB_STATE_SUCCEEDED) == 0:
                 if time.monotonic() > deadline or console.proc.poll() is not None:
                     tail = (state_dir / "console.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"queue: no job succeeded within 180 s of the console's start:\n{tail}")
+                    raise RuntimeError(
+                        f"queue: no job succeeded within {FIRST_SUCCESS_S:.0f} s of the console's start:\n{tail}"
+                    )
                 time.sleep(0.2)
-            n0, t0 = _succeeded(conn), time.monotonic()
+            n0, t0 = _count(conn, st.JOB_STATE_SUCCEEDED), time.monotonic()
             time.sleep(DRAIN_S)
-            n1, t1 = _succeeded(conn), time.monotonic()
-            failed = int(conn.execute("SELECT count(*) FROM jobs WHERE state = 6").fetchone()[0])
+            n1, t1 = _count(conn, st.JOB_STATE_SUCCEEDED), time.monotonic()
+            failed = _count(conn, st.JOB_STATE_FAILED)
         finally:
             conn.close()
     return {"per_s": (n1 - n0) / (t1 - t0), "succeeded": float(n1 - n0), "window_s": t1 - t0, "failed": float(failed)}
@@ -291,13 +295,13 @@ def run() -> list[Result]:
     memory = measure_memory(state)
     log(f"queue: console peak RSS {memory['control_peak_mib']:.0f} MiB")
     drain = measure_drain(state)
-    small = work / "small"
+    small, small_jobs = work / "small", min(SMALL_QUEUE, JOBS)
     small.mkdir()
-    build_ledger(small, min(SMALL_QUEUE, JOBS), max(1, USERS // 10))
+    build_ledger(small, small_jobs, max(1, USERS // 10))
     small_drain = measure_drain(small)
     log(
         f"queue: {drain['per_s']:.1f} jobs SUCCEEDED/s with {JOBS:,} queued, "
-        f"{small_drain['per_s']:.1f} with {min(SMALL_QUEUE, JOBS):,} ({drain['failed']:.0f} and "
+        f"{small_drain['per_s']:.1f} with {small_jobs:,} ({drain['failed']:.0f} and "
         f"{small_drain['failed']:.0f} failed)"
     )
     p99 = pick["pick"]["p99"]
@@ -335,10 +339,10 @@ def run() -> list[Result]:
             metric=f"jobs SUCCEEDED/s with {JOBS:,} queued / {USERS:,} users, fleet open (trivial jobs)",
             figure=drain["per_s"],
             unit="jobs/s",
-            peer=f"the same console with {min(SMALL_QUEUE, JOBS):,} queued",
+            peer=f"the same console with {small_jobs:,} queued",
             peer_figure=small_drain["per_s"],
             ratio=ratio_higher_better(drain["per_s"], small_drain["per_s"]),
-            ratio_note=f"{JOBS:,} queued / {min(SMALL_QUEUE, JOBS):,} queued",
+            ratio_note=f"{JOBS:,} queued / {small_jobs:,} queued",
             target="(reported)",
             met=None,
             command="python -m bench queue",
