@@ -31,16 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import sqlite3
 import time
 from typing import Any
 
-from bench.common import QUICK, Result, fresh_dir, loadavg, log, ratio_higher_better, summary
+from bench.common import QUICK, Result, env_int, fresh_dir, loadavg, log, ratio_higher_better, summary
 
 # STARFORGE_BENCH_QUEUE_JOBS: another queue size while iterating (the table's figure is 1,000,000).
-JOBS = int(os.environ.get("STARFORGE_BENCH_QUEUE_JOBS") or (20_000 if QUICK else 1_000_000))
+JOBS = env_int("STARFORGE_BENCH_QUEUE_JOBS", 20_000 if QUICK else 1_000_000, minimum=1)
 USERS = 200 if QUICK else 1_000
 MEMORY_WATCH_S = 3.0 if QUICK else 30.0
 ROUNDS = 4 if QUICK else 30
