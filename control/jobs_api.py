@@ -26,7 +26,7 @@ from control.db import models as m
 from control.db.group_commit import Batched, GroupCommit, per_item
 from control.ledger import convert, jobs, pipeline
 from control.ledger import state_machine as sm
-from control.scheduler.dispatch import queue_position
+from control.scheduler.dispatch import queue_position, queue_positions
 from control.telemetry import logs, metrics
 from control.telemetry.ledger_heads import LedgerHeads
 from control.telemetry.log_tail import LogBatch
@@ -384,7 +384,12 @@ class JobsApi:
                 stmt = stmt.where(m.Job.id < page_token)
             rows = list(s.scalars(stmt.order_by(m.Job.id.desc()).limit(size + 1)))
             nxt = rows[size - 1].id if len(rows) > size else ""
-            return [job_proto(s, j, trim=True) for j in rows[:size]], nxt
+            page = rows[:size]
+            positions = queue_positions(s, page)
+            return [
+                convert.job_to_proto(j, jobs.attempts_of(s, j.id), queue_position=positions[j.id], trim_spec=True)
+                for j in page
+            ], nxt
 
         return await self.ctx.db.run(query)
 

@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
@@ -570,6 +571,24 @@ def queue_position(s: Session, job: m.Job) -> int:
         return job.queue_position
     ahead = jobs.count_ahead(s, job.queue, job.priority, job.seq)
     return 0 if ahead is None else ahead + 1
+
+
+def queue_positions(s: Session, rows: Sequence[m.Job]) -> dict[str, int]:
+    """`queue_position` of each of `rows` (a page of a listing), by job id. The unranked ones of
+    one (queue, priority) are counted in seq order until one is past jobs.AHEAD_COUNTED: the jobs
+    after it are further back still, so they are not counted (a page of 1,000 such jobs at
+    1,000,000 queued was 1,000 counts of 10,000 entries, 1.3-1.8 s of the database thread)."""
+    out: dict[str, int] = {}
+    past: set[tuple[str, int]] = set()
+    for job in sorted(rows, key=lambda j: j.seq):
+        unranked = job.state == sm.QUEUED and not job.queue_position
+        if unranked and (job.queue, job.priority) in past:
+            out[job.id] = 0
+            continue
+        out[job.id] = queue_position(s, job)
+        if unranked and out[job.id] == 0:
+            past.add((job.queue, job.priority))
+    return out
 
 
 def take_lease(s: Session, attempt_id: str, owner: str, now: float) -> bool:
