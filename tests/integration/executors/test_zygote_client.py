@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from executor_svc.local.zygote import SPEC_DIR, Zygotes, ZygoteSpec
+from executor_svc.local.zygote import SPEC_DIR, Zygotes, ZygoteSpec, _write_private
 
 STAND_IN = r"""
 import os, sys, time
@@ -137,3 +137,40 @@ async def test_an_idle_zygote_of_another_venv_is_stopped(tmp_path: pathlib.Path)
         assert zygotes._zygotes[old].pid not in (None, old_pid)
     finally:
         await zygotes.close()
+
+
+def test_a_spec_takes_its_inode_in_the_attempts_folder(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec is an unnamed file made in the attempt's folder and linked into the spec directory:
+    the spec directory's block group never gets an inode per attempt (`_write_private`)."""
+    attempt, specs = tmp_path / "attempts" / "a.1", tmp_path / SPEC_DIR
+    attempt.mkdir(parents=True)
+    specs.mkdir(mode=0o700)
+    opened: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def recording_open(path: str | os.PathLike[str], flags: int, *args: int, **kw: int) -> int:
+        opened.append((str(path), flags))
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    _write_private(specs / "1.1", b'{"secret": 1}', attempt)
+    monkeypatch.undo()
+    # the unnamed file, then the spec directory to link it into: no spec opened by its name
+    assert opened == [
+        (str(attempt), os.O_TMPFILE | os.O_WRONLY),
+        (str(specs), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW),
+    ]
+    spec = specs / "1.1"
+    assert spec.read_bytes() == b'{"secret": 1}'
+    assert spec.stat().st_mode & 0o777 == 0o600 and spec.stat().st_nlink == 1
+    assert list(attempt.iterdir()) == []  # nothing named in the attempt's folder
+    with pytest.raises(FileExistsError):  # never over another spec
+        _write_private(spec, b"{}", attempt)
+
+
+def test_a_spec_is_made_in_place_where_the_attempts_folder_cannot_take_it(tmp_path: pathlib.Path) -> None:
+    specs = tmp_path / SPEC_DIR
+    specs.mkdir(mode=0o700)
+    _write_private(specs / "1.2", b"{}", tmp_path / "no-such-folder")
+    assert (specs / "1.2").read_bytes() == b"{}"
+    assert (specs / "1.2").stat().st_mode & 0o777 == 0o600
