@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import sqlite3
 import time
 from typing import Any
@@ -81,6 +82,7 @@ TRAIN_SH = "#!/usr/bin/env bash\ntrue\n"
 # that is ready, as Slurm's run starts once both its nodes are IDLE (a first job on a fresh node
 # of ours waits for the runner venv and the pre-forked runner; `first_running_s` says how long)
 WARMUP_JOBS = 1
+ROUND_FOLDER = "throughput-round-"  # WORK/<this><n>: round n of ours (`clear_rounds`)
 TERMINAL = (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, st.JOB_STATE_STOPPED)
 # the states of a Slurm job that ended without completing
 SLURM_FAILED = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"})
@@ -246,8 +248,9 @@ def set_cpu_slots(state_dir: pathlib.Path, slots: int) -> None:
     path.write_text(yaml.safe_dump(doc))
 
 
-def measure_ours() -> dict[str, Any]:
-    work = fresh_dir("throughput")
+def measure_ours(folder: str = "throughput") -> dict[str, Any]:
+    """One round of ours in WORK/`folder` (a fresh console, its ledger and its executor's state)."""
+    work = fresh_dir(folder)
     if SLOTS:
         set_cpu_slots(work / "console", SLOTS)
     with running_console(work / "console") as console:
@@ -358,6 +361,19 @@ async def _slurm_warm_up(client: Any, job: Any) -> None:
             await asyncio.sleep(0.1)
 
 
+def clear_rounds() -> None:
+    """The folders of an earlier run's rounds, deleted when the row starts; each round then gets a
+    folder of its own and none is deleted until the next run. On ext4 without a journal (our
+    machines) the kernel checks every new inode against each one freed in its block group in the
+    last minute (five while the inode table is not written back): deleting the last round's 1,000
+    attempts just before a round made an attempt's files cost 0.3-0.4 ms each instead of ~10 us,
+    a tax on our side that Slurm's rounds never paid (docs/benchmarks.md, throughput). In a full
+    run Ray's run, minutes long, comes between this deletion and our first round."""
+    for old in WORK.glob(f"{ROUND_FOLDER}*"):
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def _kept(name: str, doc: dict[str, Any]) -> dict[str, Any]:
     """Each side's figures are written as soon as measured (a later side may fail or hang)."""
     (WORK / f"throughput-{name}.json").write_text(json.dumps(doc, indent=1, default=str))
@@ -380,6 +396,7 @@ def run() -> list[Result]:
     slurms: list[dict[str, Any]] = []
     ours_runs: list[dict[str, Any]] = []
     peers = not skip_peer("throughput")
+    clear_rounds()
     if peers:
         log(f"throughput: Ray peer ({RAY_JOBS} jobs)")
         ray = _kept("ray", measure_ray())
@@ -392,7 +409,7 @@ def run() -> list[Result]:
             busy = slurm_run["cores_busy"]
             log(f"throughput: round {i + 1}: Slurm {slurm_run['per_s']:.1f} jobs/s ({busy} cores busy)")
         settle()
-        ours_run = _kept(f"ours-{i + 1}", measure_ours())
+        ours_run = _kept(f"ours-{i + 1}", measure_ours(f"{ROUND_FOLDER}{i + 1}"))
         ours_runs.append(ours_run)
         log(
             f"throughput: round {i + 1}: ours {ours_run['per_s']:.1f} jobs/s ({ours_run['cores_busy']} cores busy), "

@@ -48,6 +48,8 @@ def test_every_row_is_in_one_group() -> None:
 def test_bench_row_harness_runs_in_quick_mode(names: tuple[str, ...], tmp_path: pathlib.Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("STARFORGE_BENCH_PEERS",)}
     env.update(STARFORGE_BENCH_QUICK="1", STARFORGE_BENCH_WORK=str(tmp_path / "bench"))
+    stale_round = tmp_path / "bench" / "throughput-round-9"  # an earlier run's round of ours
+    (stale_round / "console").mkdir(parents=True)
     r = subprocess.run(
         [sys.executable, "-m", "bench", *names],
         cwd=ROOT,
@@ -84,6 +86,9 @@ def test_bench_row_harness_runs_in_quick_mode(names: tuple[str, ...], tmp_path: 
             # a job ran to its end before the clock (bench.throughput.WARMUP_JOBS), what it waited kept
             assert ours["warmup_jobs"] >= 1 and ours["first_running_s"] > 0, ours
             assert ours["latency"]["n"] == ours["jobs"], ours  # and it is not one of the counted jobs
+            # each round of ours in a folder of its own, an earlier run's deleted when the row starts
+            assert (tmp_path / "bench" / "throughput-round-1" / "console" / "ledger.db").is_file()
+            assert not stale_round.exists()
     # the table printed at the end names every row
     for row in rows:
         assert row["metric"][:40] in r.stdout, f"{row['metric']!r} not in the printed table"
