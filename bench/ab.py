@@ -7,6 +7,11 @@ same minutes. Each side runs its own code: the base tree's modules come first on
 console (`sf up`, started by the row) is the base's too. Only our side is measured (no peers):
 the question is "did we get slower", and alternating rounds cancels most of the drift of a shared
 machine. Prints each round and the median ratio (this tree / base; higher is better).
+
+Each measurement works in a folder of its own (`STARFORGE_BENCH_WORK` = build/bench-ab/work/
+<row>-<round>-<side>), deleted when the run ends, so that no side starts right after deleting the
+other side's last round: on ext4 without a journal that deletion made every file the next round
+created cost up to 0.4 ms of kernel CPU (docs/benchmarks.md, throughput, change 86).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,9 +62,11 @@ def figure(result: dict[str, Any], key: str) -> float:
     return float(value)
 
 
-def measure(tree: pathlib.Path, module: str) -> dict[str, Any]:
+def measure(tree: pathlib.Path, module: str, work: pathlib.Path) -> dict[str, Any]:
+    """One measurement of our side of `module`'s row, `tree`'s code, in the work folder `work`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "gen" / "python"), str(tree / "gen" / "pure")])
+    env["STARFORGE_BENCH_WORK"] = str(work)
     proc = subprocess.run(
         [sys.executable, "-c", PROBE.format(module=module)],
         cwd=tree,
@@ -81,28 +89,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per row (default 3)")
     args = parser.parse_args(argv)
     base = base_tree(args.base)
+    shutil.rmtree(WORK / "work", ignore_errors=True)  # an earlier run's, if it was interrupted
+    try:
+        return 1 if _rounds(args.rows, args.rounds, args.base, base) else 0
+    finally:
+        shutil.rmtree(WORK / "work", ignore_errors=True)
+
+
+def _rounds(rows: list[str], rounds: int, base_rev: str, base: pathlib.Path) -> bool:
+    """Every row's alternated rounds, printed as they come; True when a row got slower."""
     failed = False
-    for row in args.rows:
+    for row in rows:
         module, key, higher_is_better = ROWS[row]
         ours: list[float] = []
         theirs: list[float] = []
-        for n in range(args.rounds):
+        for n in range(rounds):
             # alternate which side goes first, so a drifting machine favours neither
             order = [("base", base), ("this", REPO)] if n % 2 == 0 else [("this", REPO), ("base", base)]
             for side, tree in order:
-                value = figure(measure(tree, module), key)
+                value = figure(measure(tree, module, WORK / "work" / f"{row}-{n + 1}-{side}"), key)
                 (ours if side == "this" else theirs).append(value)
                 print(f"{row} round {n + 1} {side}: {value:,.3f} {key}", flush=True)
         ratio = statistics.median(ours) / statistics.median(theirs)
         if not higher_is_better:  # a latency: the ratio is base / this, so that >= 1 still means no slower
             ratio = 1 / ratio
         print(
-            f"{row}: this tree median {statistics.median(ours):,.3f}, base {args.base} median "
+            f"{row}: this tree median {statistics.median(ours):,.3f}, base {base_rev} median "
             f"{statistics.median(theirs):,.3f}: ratio {ratio:.2f} (>= 1: no slower)",
             flush=True,
         )
         failed |= ratio < 0.9
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":
