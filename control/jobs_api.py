@@ -67,8 +67,11 @@ def visible_job(s: Session, principal: Principal, job_id: str) -> m.Job:
     return job
 
 
-def job_proto(s: Session, job: m.Job, *, trim: bool = False) -> job_pb2.Job:
-    return convert.job_to_proto(job, jobs.attempts_of(s, job.id), queue_position=queue_position(s, job), trim_spec=trim)
+def job_proto(s: Session, job: m.Job, *, trim: bool = False, position: int | None = None) -> job_pb2.Job:
+    """The job as the API shows it; `position` when the caller already has its queue position."""
+    if position is None:
+        position = queue_position(s, job)
+    return convert.job_to_proto(job, jobs.attempts_of(s, job.id), queue_position=position, trim_spec=trim)
 
 
 T = TypeVar("T")
@@ -386,10 +389,7 @@ class JobsApi:
             nxt = rows[size - 1].id if len(rows) > size else ""
             page = rows[:size]
             positions = queue_positions(s, page)
-            return [
-                convert.job_to_proto(j, jobs.attempts_of(s, j.id), queue_position=positions[j.id], trim_spec=True)
-                for j in page
-            ], nxt
+            return [job_proto(s, j, trim=True, position=positions[j.id]) for j in page], nxt
 
         return await self.ctx.db.run(query)
 
