@@ -46,7 +46,16 @@ print("AB-RESULT " + json.dumps(measure_ours()))
 
 def base_tree(rev: str) -> pathlib.Path:
     """A checkout of `rev` (made once, reused)."""
-    sha = subprocess.run(["git", "rev-parse", rev], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"python -m bench.ab: --base {rev!r} names no commit of this repository")
+    sha = found.stdout.strip()
     tree = WORK / sha[:12]
     if not (tree / "bench").is_dir():
         WORK.mkdir(parents=True, exist_ok=True)
@@ -88,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", required=True, help="the earlier revision (a commit, tag or branch)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per row (default 3)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
     base = base_tree(args.base)
     shutil.rmtree(WORK / "work", ignore_errors=True)  # an earlier run's, if it was interrupted
     try:
