@@ -63,6 +63,8 @@ result = {
     "zygote": zygote,
     "zygote_cmdline": cmdline(zygote),
     "list specs": attempt(lambda: os.listdir(specs)),
+    # where the executor makes the spec's inode (unnamed) before it links it into the spec directory
+    "list attempt dir": attempt(lambda: os.listdir(os.path.dirname(os.environ["FORGE_CAPSULE_DIR"]))),
     "read runner environ": attempt(lambda: read(f"/proc/{runner}/environ")),
     "read runner memory": attempt(lambda: read(f"/proc/{runner}/mem")),
     "read zygote memory": attempt(lambda: read(f"/proc/{zygote}/mem")),
@@ -115,7 +117,14 @@ async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
             # ... and dropped to the job's own uid, without groups, for good
             assert report["uid"] not in (0, os.getuid()) and report["groups"] == [], report
             assert report["no_new_privs"] == "1", report
-            for what in ("list specs", "read runner environ", "read runner memory", "read zygote memory"):
+            denied = (
+                "list specs",
+                "list attempt dir",
+                "read runner environ",
+                "read runner memory",
+                "read zygote memory",
+            )
+            for what in denied:
                 assert report[what] == "Permission denied", (what, report)
             for what in ("signal zygote", "signal wrapper"):
                 assert report[what] == "Operation not permitted", (what, report)
