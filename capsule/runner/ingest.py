@@ -5,6 +5,14 @@ journal's acknowledged cursor when ReportResponse.acked_seq arrives. After any f
 with backoff (capped at ~2 s), asks GetCursor where the server stands, and resends from there. At
 most ``window_records`` records are in flight; beyond that it waits for acks, and the journal on
 disk is the buffer. Training never waits for the network.
+
+Two things a trivial attempt would otherwise pay for on both ends:
+- A journal this process created (``Journal.fresh``) holds nothing a server can have, so the first
+  connection starts at seq 1 without asking GetCursor; every later one asks. (Were the server
+  ahead, say of a wiped scratch directory's records, it skips what it has and answers its cursor,
+  which the journal clamps, as GetCursor's answer would have been.)
+- The journal's frames are the records' encoded bytes: a ReportRequest is written around them
+  (``encode_report``) instead of parsing each record and encoding it again.
 """
 
 from __future__ import annotations
@@ -37,6 +45,39 @@ COMPLAIN_EVERY = 30.0
 # attempt, or the attempt has already ended. The sender stops instead of retrying until the drain
 # deadline (the journal keeps the records).
 FINAL_REFUSALS = (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED)
+# ReportRequest's fields on the wire: attempt_id = 1 and records = 2, both length-delimited.
+ATTEMPT_ID_TAG = b"\x0a"
+RECORDS_TAG = b"\x12"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_report(attempt_id: str, payloads: list[bytes]) -> bytes:
+    """A ReportRequest's bytes: the attempt id, then each journalled record's bytes as they are."""
+    name = attempt_id.encode()
+    parts = [ATTEMPT_ID_TAG, _varint(len(name)), name]
+    for payload in payloads:
+        parts += (RECORDS_TAG, _varint(len(payload)), payload)
+    return b"".join(parts)
+
+
+class EncodedReport:
+    """A ReportRequest already encoded: what grpclib's codec asks of a message to send it."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def SerializeToString(self) -> bytes:  # the name protobuf's messages give it
+        return self.data
 
 
 class IngestSender:
@@ -72,6 +113,8 @@ class IngestSender:
         self._failures = 0
         self.connected = False
         self.refusal: str | None = None  # why the console refuses this attempt's records for good
+        # a journal this process created: the first connection starts at seq 1 without GetCursor
+        self._cursor_known = journal.fresh
 
     # -- called by the runner ----------------------------------------------------------------
 
@@ -136,13 +179,15 @@ class IngestSender:
             backoff = min(backoff * 2, BACKOFF_CAP)
 
     async def _session(self, channel: Channel) -> None:
-        stub = ingest.IngestServiceStub(channel, metadata=self._metadata)
-        cursor = await stub.get_cursor(ingest.GetCursorRequest(attempt_id=self._attempt_id), timeout=CURSOR_TIMEOUT)
-        self._ack(cursor.acked_seq)
+        if not self._cursor_known:
+            stub = ingest.IngestServiceStub(channel, metadata=self._metadata)
+            cursor = await stub.get_cursor(ingest.GetCursorRequest(attempt_id=self._attempt_id), timeout=CURSOR_TIMEOUT)
+            self._ack(cursor.acked_seq)
+        self._cursor_known = False  # a later session follows a failure: it asks
         async with channel.request(
             REPORT_ROUTE,
             Cardinality.STREAM_STREAM,
-            ingest.ReportRequest,
+            EncodedReport,
             ingest.ReportResponse,
             metadata=self._metadata,
         ) as stream:
@@ -160,7 +205,7 @@ class IngestSender:
                     await asyncio.gather(receiver, return_exceptions=True)
 
     async def _send_loop(
-        self, stream: Stream[ingest.ReportRequest, ingest.ReportResponse], receiver: asyncio.Future[None]
+        self, stream: Stream[EncodedReport, ingest.ReportResponse], receiver: asyncio.Future[None]
     ) -> None:
         next_seq = self._journal.acked_seq + 1
         last_progress = time.monotonic()
@@ -184,8 +229,7 @@ class IngestSender:
                 batch = self._journal.read(
                     next_seq, max_records=min(room, self._batch_records), max_bytes=self._batch_bytes
                 )
-                records = [ingest.Record.parse(payload) for _seq, payload in batch]
-                request = ingest.ReportRequest(attempt_id=self._attempt_id, records=records)
+                request = EncodedReport(encode_report(self._attempt_id, [payload for _seq, payload in batch]))
                 # HTTP/2 flow control can block a send on a dead peer: bound it like an ack.
                 await asyncio.wait_for(stream.send_message(request), ACK_TIMEOUT)
                 next_seq = batch[-1][0] + 1
@@ -197,7 +241,7 @@ class IngestSender:
             waiter.cancel()
 
     async def _finish(
-        self, stream: Stream[ingest.ReportRequest, ingest.ReportResponse], receiver: asyncio.Future[None]
+        self, stream: Stream[EncodedReport, ingest.ReportResponse], receiver: asyncio.Future[None]
     ) -> None:
         """Half-close the stream and give the server a moment to end it cleanly."""
         try:
@@ -206,7 +250,7 @@ class IngestSender:
         except Exception:  # noqa: S110 - everything is acknowledged; a messy close loses nothing
             pass
 
-    async def _receive(self, stream: Stream[ingest.ReportRequest, ingest.ReportResponse]) -> None:
+    async def _receive(self, stream: Stream[EncodedReport, ingest.ReportResponse]) -> None:
         while True:
             response = await stream.recv_message()
             if response is None:

@@ -67,6 +67,9 @@ class Journal:
         self._acked_seq = 0
         self._fd = -1
         self._cursor: _ReadCursor | None = None
+        # True when no segment was found: nothing was journalled here before this process, so no
+        # record of this journal can have reached a server yet.
+        self.fresh = False
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._recover()
@@ -239,6 +242,8 @@ class Journal:
         if self._segments:
             # Everything before the oldest kept segment was acknowledged earlier.
             self._acked_seq = self._segments[0].first_seq - 1
+        else:
+            self.fresh = True
 
     @staticmethod
     def _scan(path: pathlib.Path, first_seq: int) -> tuple[int, int]:

@@ -27,6 +27,8 @@ class FakeIngest(pb_grpc.IngestServiceServicer):
         self.signal = pb.CONTROL_SIGNAL_UNSPECIFIED
         self.cursor_calls = 0
         self.report_streams = 0
+        # "cursor" and "report", in the order the calls came
+        self.calls: list[str] = []
         self.duplicates = 0
         # Store the next N batches, then drop the stream before acknowledging them.
         self.lose_acks = 0
@@ -48,12 +50,14 @@ class FakeIngest(pb_grpc.IngestServiceServicer):
     ) -> pb.GetCursorResponse:
         await self._check(context, request.attempt_id)
         self.cursor_calls += 1
+        self.calls.append("cursor")
         return pb.GetCursorResponse(acked_seq=self.acked)
 
     async def Report(
         self, request_iterator: AsyncIterator[pb.ReportRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ReportResponse]:
         self.report_streams += 1
+        self.calls.append("report")
         checked = False
         async for request in request_iterator:
             if not checked:

@@ -77,6 +77,8 @@ async def test_happy_path(tmp_path: pathlib.Path, capsule_manifest: dict[str, An
     )
     # Seq numbers are contiguous from 1 and every record arrived once.
     assert sorted(ingest.records) == list(range(1, len(ingest.records) + 1))
+    # one stream; its journal is new, so it starts at seq 1 without asking GetCursor
+    assert ingest.calls == ["report"]
     # Logs are echoed on the runner's own stdout/stderr too.
     assert "step 4" in result.stdout
     assert "warning: almost done" in result.stderr
@@ -281,11 +283,31 @@ async def test_console_restart_mid_run_loses_and_duplicates_nothing(
     assert result.returncode == 0, result.stderr
     assert stored_while_down < len(ingest.records)
     assert ingest.report_streams >= 2
-    assert ingest.cursor_calls >= 2
+    # the first stream starts at seq 1 (the journal is new); each one after a failure asks first
+    assert ingest.calls[0] == "report"
+    assert ingest.calls[1:] == ["cursor", "report"] * (ingest.report_streams - 1)
     assert ingest.stdout() == [f"line {i}" for i in range(60)]
     assert [(p.step, p.value) for p in ingest.points()] == [(i, float(i)) for i in range(60)]
     assert sorted(ingest.records) == list(range(1, len(ingest.records) + 1))
     assert ingest.phases()[-1] == "LIFECYCLE_PHASE_COMMAND_EXITED"
+
+
+async def test_a_restarted_runner_asks_the_cursor_before_it_sends(
+    tmp_path: pathlib.Path, capsule_manifest: dict[str, Any], ingest: FakeIngest
+) -> None:
+    # The same attempt's runner again, over the journal the first one left: its numbering goes
+    # on, and its first connection asks GetCursor (the journal is not new).
+    launch = lay_out(tmp_path, capsule_manifest, demo_workspace("echo again\n"), ingest_addr=ingest.address)
+    first = await run_capsule(launch)
+    assert first.returncode == 0, first.stderr
+    sent = len(ingest.records)
+    second = await run_capsule(launch)
+    assert second.returncode == 0, second.stderr
+    assert ingest.calls == ["report", "cursor", "report"]
+    assert ingest.duplicates == 0
+    assert sorted(ingest.records) == list(range(1, len(ingest.records) + 1))
+    assert len(ingest.records) > sent
+    assert ingest.stdout() == ["again", "again"]
 
 
 async def test_unreachable_console_does_not_stop_training_and_drain_is_bounded(

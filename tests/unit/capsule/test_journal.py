@@ -113,3 +113,17 @@ def test_a_cursor_beyond_the_journal_is_clamped(tmp_path: pathlib.Path) -> None:
     fill(journal, 3)
     journal.ack(10)
     assert journal.acked_seq == 3
+
+
+def test_only_a_journal_this_process_created_is_fresh(tmp_path: pathlib.Path) -> None:
+    # A fresh journal lets the sender skip GetCursor on its first connection; a reopened one
+    # (a restarted runner), even one whose records were all acknowledged, is not fresh.
+    journal = Journal(tmp_path)
+    assert journal.fresh
+    fill(journal, 3)
+    journal.ack(3)
+    journal.close()
+    again = Journal(tmp_path)
+    assert not again.fresh
+    assert again.next_seq() == 4
+
