@@ -365,11 +365,11 @@ def entry() -> None:
     """Run the runner and exit with its code, without the interpreter's teardown.
 
     When main() returns, everything the runner owes is done: the command was reaped, the journal
-    closed (fsync'ed), the sender's last acknowledged record waited for (or the unacknowledged
-    ones left in the journal, said on stderr), the event loop shut down and its executor's
-    threads joined; the runner starts no other threads and registers no exit handlers. What the
-    normal exit would add is the teardown of every imported module, tens of milliseconds of CPU
-    per attempt, for nothing. Only the standard streams still need their buffers written.
+    closed (fsync'ed if it holds unacknowledged records), the sender's last acknowledged record
+    waited for (or the unacknowledged ones left in the journal, said on stderr), the event loop
+    shut down and its executor's threads joined; the runner starts no other threads and registers
+    no exit handlers. What the normal exit would add is the teardown of every imported module,
+    tens of milliseconds of CPU per attempt, for nothing. Only the standard streams still need their buffers written.
     """
     code = main()
     for stream in (sys.stdout, sys.stderr):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -127,3 +128,26 @@ def test_only_a_journal_this_process_created_is_fresh(tmp_path: pathlib.Path) ->
     assert not again.fresh
     assert again.next_seq() == 4
 
+
+def test_close_flushes_to_disk_only_what_the_server_has_not_acknowledged(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    acked = Journal(tmp_path / "acked")
+    fill(acked, 3)
+    acked.ack(3)
+    acked.close()
+    assert synced == []
+    pending = Journal(tmp_path / "pending")
+    fill(pending, 3)
+    pending.ack(2)
+    pending.close()
+    assert len(synced) == 1
+    assert Journal(tmp_path / "pending").last_seq == 3
