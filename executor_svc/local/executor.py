@@ -24,7 +24,7 @@ from starforge_api.executor.v1 import launch_request_pb2 as lr_pb
 from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 from starforge_api.job.v1 import job_state_pb2 as st
 
-from common import __version__, errors
+from common import __version__, dir_spread, errors
 from executor_svc import bundle, out_files
 from executor_svc.attempt_dirs import check_id
 from executor_svc.base import (
@@ -123,6 +123,9 @@ class LocalExecutor(Executor):
     async def recover(self) -> None:
         for d in (self.layout.attempts_dir, self.layout.cache_dir, self.layout.state_dir / "out"):
             d.mkdir(parents=True, exist_ok=True)
+        # each attempt's tree in a block group of its own (not out/: a job's folder is one inode,
+        # kept, and placing a top folder costs ext4 a search of every group)
+        dir_spread.spread_subfolders(self.layout.attempts_dir)
         await self.runtime.prepare_host()
         await asyncio.to_thread(bundle.clear_tmp, self.layout.cache_dir)
         held = 0

@@ -14,6 +14,7 @@ from starforge_api.job.v1 import job_spec_pb2 as spec_pb
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from common import errors, ids
+from common.dir_spread import FS_TOPDIR_FL
 from executor_svc import bundle
 from executor_svc.local import LocalConfig, LocalExecutor, SeriesConfig
 from executor_svc.local.process_runtime import group_alive
@@ -30,6 +31,7 @@ from tests.integration.executors.launch_requests import (
     wait_for,
     wait_for_log,
 )
+from tests.unit.test_dir_spread import EXT, flags, fs_type
 
 SLEEP = 'echo "sleeping"\nsleep 600\n'
 
@@ -186,6 +188,16 @@ async def test_unknown_attempts(executor: LocalExecutor) -> None:
     assert obs.state == st.JOB_STATE_UNSPECIFIED
     (obs,) = await executor.observe(["../../etc"])
     assert obs.not_found
+
+
+async def test_the_attempts_folder_spreads_each_attempts_tree(executor: LocalExecutor) -> None:
+    # on ext4 (our machines) attempts/ is marked the top of directory hierarchies, so that each
+    # attempt's tree goes to a block group of its own (common/dir_spread.py); not out/
+    attempts = executor.layout.attempts_dir
+    if fs_type(attempts) not in EXT:  # no such flag there: nothing to see
+        return
+    assert flags(attempts) & FS_TOPDIR_FL
+    assert not flags(attempts.parent / "out") & FS_TOPDIR_FL
 
 
 async def test_launch_is_idempotent_per_attempt_id(executor: LocalExecutor, blobs: BlobServer) -> None:
