@@ -29,7 +29,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import Table, and_, bindparam, or_, update
 from sqlalchemy.orm import Session
 from starforge_api.control.v1 import error_reason_pb2
 
@@ -142,19 +142,34 @@ def issue_run_token(s: Session, owner: str, job_id: str, attempt_id: str) -> str
     return token
 
 
+_TOKENS = m.Token.__table__
+assert isinstance(_TOKENS, Table)
+_EXPIRE_RUN_TOKENS = (
+    update(_TOKENS)
+    .where(
+        _TOKENS.c.kind == "run",
+        or_(
+            _TOKENS.c.attempt_id == bindparam("run_attempt"),
+            # issued by a replica of the previous release (rolling upgrade): scoped by name only
+            and_(_TOKENS.c.attempt_id.is_(None), _TOKENS.c.name == bindparam("run_name")),
+        ),
+        or_(_TOKENS.c.expires_at.is_(None), _TOKENS.c.expires_at > bindparam("deadline")),
+    )
+    .values(expires_at=bindparam("deadline"))
+)
+
+
 def expire_run_tokens(s: Session, attempt_id: str, grace_seconds: float = RUN_TOKEN_GRACE_SECONDS) -> None:
     """An attempt's run tokens expire when it ends, after a grace period for the capsule to drain
     its journal (logs and metrics; ingest refuses records that would change the outcome of an
     ended attempt, see telemetry.ingest)."""
     deadline = time.time() + grace_seconds
-    mine = or_(
-        m.Token.attempt_id == attempt_id,
-        # issued by a replica of the previous release (rolling upgrade): scoped by name only
-        and_(m.Token.attempt_id.is_(None), m.Token.name == f"run {attempt_id}"),
+    # One statement on the transaction's connection: the session's pending changes (the attempt's
+    # and the job's ends) are not flushed for it, and no token row is loaded. No Token of these
+    # rows is held by the calling session (the verifier reads tokens in sessions of its own).
+    s.connection().execute(
+        _EXPIRE_RUN_TOKENS, {"run_attempt": attempt_id, "run_name": f"run {attempt_id}", "deadline": deadline}
     )
-    for row in s.scalars(select(m.Token).where(mine, m.Token.kind == "run")):
-        if row.expires_at is None or row.expires_at > deadline:
-            row.expires_at = deadline
 
 
 def run_token_attempt(row: m.Token) -> str | None:

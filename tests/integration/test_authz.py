@@ -124,13 +124,34 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
             grpc.StatusCode.PERMISSION_DENIED,
             "a personal access token cannot call GetCursor (it needs a run token)",
         )
-        # the run token expires with its run
+
+        # the run token expires with its run: ours, one a previous release issued (scoped by its
+        # name alone), not one that already expires sooner, and not another attempt's
+        def more_tokens(s: Any) -> tuple[str, str, str]:
+            legacy = auth.issue_token(s, "admin", "run", name=f"run {job.job_id}.1", job_id=job.job_id)[1]
+            sooner = auth.issue_token(
+                s, "admin", "run", ttl_seconds=5, job_id=job.job_id, attempt_id=f"{job.job_id}.1"
+            )[1]
+            theirs = auth.issue_token(s, "admin", "run", job_id=other.job_id, attempt_id=other_attempt)[1]
+            return legacy.id, sooner.id, theirs.id
+
+        def expires(s: Any, token_id: str) -> float | None:
+            row = s.get(m.Token, token_id)
+            assert row is not None
+            return row.expires_at  # type: ignore[no-any-return]
+
+        legacy, sooner, theirs = await c.app.ctx.db.run(more_tokens)
+        soon = await c.app.ctx.db.run(lambda s: expires(s, sooner))
+        assert soon is not None
         await c.jobs.StopJob(ctl.StopJobRequest(job_id=job.job_id), metadata=c.md)
         await c.wait(job.job_id, 7, timeout=30)
         rows = await c.app.ctx.db.run(
-            lambda s: [t.expires_at for t in s.query(m.Token).filter(m.Token.job_id == job.job_id)]
+            lambda s: {t.id: t.expires_at for t in s.query(m.Token).filter(m.Token.job_id == job.job_id)}
         )
-        assert rows and all(x is not None for x in rows)
+        assert len(rows) >= 3 and all(x is not None for x in rows.values())
+        assert (rows[legacy] or 0) > soon
+        assert rows[sooner] == soon
+        assert await c.app.ctx.db.run(lambda s: expires(s, theirs)) is None
         await c.jobs.StopJob(ctl.StopJobRequest(job_id=other.job_id), metadata=c.md)
 
 
