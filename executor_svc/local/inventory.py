@@ -3,7 +3,7 @@
 The pool is in memory, rebuilt from the attempt records when the executor starts, and changed
 only under the executor's launch lock (allocation and start are one step, so two concurrent
 launches never get the same GPU). Attempts that ended are released lazily: `allocate` asks
-`still_running` about holders before it refuses for lack of room.
+`still_running` about holders, oldest first, until there is room, before it refuses for lack of it.
 """
 
 from __future__ import annotations
@@ -68,9 +68,19 @@ class GpuPool:
             return f"{free} of {len(cfg.indices())} {series} GPUs are free"
         return ""
 
-    async def release_ended(self, still_running: Callable[[str], Awaitable[bool]]) -> None:
-        """Release the holdings of attempts that no longer run. Call under the launch lock."""
-        for holder in list(self._held):
+    async def release_ended(
+        self, still_running: Callable[[str], Awaitable[bool]], *, until: tuple[str, int] | None = None
+    ) -> None:
+        """Release the holdings of attempts that no longer run, oldest first. With `until`
+        (series, count): only that series' holders, and only until `count` of it can be taken (a
+        full node asked all of its holders at every launch, 16 inspections of records and
+        processes where the oldest one had usually ended). Call under the launch lock."""
+        for holder, holding in list(self._held.items()):
+            if until is not None:
+                if not self._shortage(*until):
+                    return
+                if holding.series != until[0]:
+                    continue
             if not await still_running(holder):
                 self.release(holder)
 
@@ -81,7 +91,7 @@ class GpuPool:
         executor's launch lock.
         """
         if self._shortage(series, count):
-            await self.release_ended(still_running)
+            await self.release_ended(still_running, until=(series, count))
         why = self._shortage(series, count)
         if why:
             raise errors.ResourceExhausted(
