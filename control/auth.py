@@ -165,8 +165,11 @@ def expire_run_tokens(s: Session, attempt_id: str, grace_seconds: float = RUN_TO
     ended attempt, see telemetry.ingest)."""
     deadline = time.time() + grace_seconds
     # One statement on the transaction's connection: the session's pending changes (the attempt's
-    # and the job's ends) are not flushed for it, and no token row is loaded. No Token of these
-    # rows is held by the calling session (the verifier reads tokens in sessions of its own).
+    # and the job's ends) are not flushed for it, and no token row is loaded. The verifier reads
+    # tokens in sessions of its own; a token this very session made or changed and has not
+    # written yet (none of the callers does today) is written first, so the statement covers it.
+    if any(isinstance(o, m.Token) for o in s.new) or any(isinstance(o, m.Token) for o in s.dirty):
+        s.flush()
     s.connection().execute(
         _EXPIRE_RUN_TOKENS, {"run_attempt": attempt_id, "run_name": f"run {attempt_id}", "deadline": deadline}
     )

@@ -152,6 +152,15 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
         assert (rows[legacy] or 0) > soon
         assert rows[sooner] == soon
         assert await c.app.ctx.db.run(lambda s: expires(s, theirs)) is None
+
+        # a run token made in the very transaction that ends its attempt expires with it too
+        def made_and_expired(s: Any) -> str:
+            row = auth.issue_token(s, "admin", "run", job_id=other.job_id, attempt_id=f"{other.job_id}.9")[1]
+            auth.expire_run_tokens(s, f"{other.job_id}.9")
+            return str(row.id)
+
+        made = await c.app.ctx.db.run(made_and_expired)
+        assert await c.app.ctx.db.run(lambda s: expires(s, made)) is not None
         await c.jobs.StopJob(ctl.StopJobRequest(job_id=other.job_id), metadata=c.md)
 
 
