@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from betterproto2 import encode_varint
 from grpclib.client import Channel, Stream
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
@@ -50,21 +51,12 @@ ATTEMPT_ID_TAG = b"\x0a"
 RECORDS_TAG = b"\x12"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def encode_report(attempt_id: str, payloads: list[bytes]) -> bytes:
     """A ReportRequest's bytes: the attempt id, then each journalled record's bytes as they are."""
     name = attempt_id.encode()
-    parts = [ATTEMPT_ID_TAG, _varint(len(name)), name]
+    parts = [ATTEMPT_ID_TAG, encode_varint(len(name)), name]
     for payload in payloads:
-        parts += (RECORDS_TAG, _varint(len(payload)), payload)
+        parts += (RECORDS_TAG, encode_varint(len(payload)), payload)
     return b"".join(parts)
 
 
