@@ -175,7 +175,10 @@ class ProcessRuntime(Runtime):
         # With job uids: the runner's venv, installed once per node as root, read-only to jobs,
         # and a pre-forked runner per such venv (zygote.py) unless turned off.
         self._shared_pex = SharedPex(layout.state_dir) if self._uids is not None else None
-        self._zygotes = Zygotes(layout.state_dir) if self._shared_pex is not None and preforked else None
+        bootstrap = warm_capsule / "bootstrap.sh" if warm_capsule is not None else None
+        self._zygotes = (
+            Zygotes(layout.state_dir, bootstrap=bootstrap) if self._shared_pex is not None and preforked else None
+        )
 
     @property
     def shares_cache(self) -> bool:

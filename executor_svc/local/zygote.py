@@ -73,9 +73,10 @@ class ZygoteGone(Exception):
 class Zygote:
     """One zygote process, for one shared runner venv."""
 
-    def __init__(self, venv: str, spec_dir: Path) -> None:
+    def __init__(self, venv: str, spec_dir: Path, bootstrap: Path | None = None) -> None:
         self.venv = venv
         self._spec_dir = spec_dir
+        self._bootstrap = bootstrap
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self.used_at = time.monotonic()  # its start, or when a launch last took it (Zygotes._zygote)
@@ -87,11 +88,14 @@ class Zygote:
     async def start(self) -> None:
         entry = os.path.join(self.venv, "pex")
         python = os.path.join(self.venv, "bin", "python")
+        env = {"PEX_MODULE": "sfrunner.zygote:serve", "FORGE_ZYGOTE_SPECS": str(self._spec_dir)}
+        if self._bootstrap is not None:
+            env["FORGE_ZYGOTE_BOOTSTRAP"] = str(self._bootstrap)
         self._proc = await asyncio.create_subprocess_exec(
             python,
             "-I",
             entry,
-            env={"PEX_MODULE": "sfrunner.zygote:serve", "FORGE_ZYGOTE_SPECS": str(self._spec_dir)},
+            env=env,
             cwd="/",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -167,8 +171,12 @@ class Zygote:
 class Zygotes:
     """The zygotes of one executor, one per shared runner venv, started on first use."""
 
-    def __init__(self, state_dir: Path, *, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(self, state_dir: Path, *, idle_seconds: float = IDLE_SECONDS, bootstrap: Path | None = None) -> None:
+        """`bootstrap`: the executor's own capsule's bootstrap.sh, whose program every zygote
+        compiles once (sfrunner.zygote.compile_bootstrap); an attempt whose bootstrap.sh holds the
+        same program is spared compiling it."""
         self._spec_dir = state_dir / SPEC_DIR
+        self._bootstrap = bootstrap
         self._idle_seconds = idle_seconds
         self._zygotes: dict[str, Zygote] = {}
         self._failed_at: dict[str, float] = {}
@@ -204,7 +212,7 @@ class Zygotes:
                 return zygote
             if time.monotonic() - self._failed_at.get(venv, -RETRY_SECONDS) < RETRY_SECONDS:
                 return None
-            zygote = Zygote(venv, self._spec_dir)
+            zygote = Zygote(venv, self._spec_dir, self._bootstrap)
             try:
                 await zygote.start()
             except asyncio.CancelledError:  # the launch that started it went: so does the zygote

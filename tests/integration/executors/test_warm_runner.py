@@ -67,6 +67,11 @@ async def test_the_first_attempt_forks_from_the_runner_warmed_at_start() -> None
         # one install and one zygote, both before the launch: the attempt waited for neither
         assert len(installs) == 1 and len(zygotes) == 1 and len(launched) == 1, msgs
         assert installs[0] < launched[0] and zygotes[0] < launched[0], msgs
+        # the zygote compiled the shipped capsule's bootstrap program once (the attempt's capsule
+        # holds the same program, so its fork ran that code)
+        pid = int(msgs[zygotes[0]].rsplit("(pid ", 1)[1].rstrip(")"))
+        environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"FORGE_ZYGOTE_BOOTSTRAP={capsule / 'bootstrap.sh'}".encode() in environ, environ
 
 
 async def test_a_warm_up_that_fails_leaves_the_install_to_the_first_attempt(tmp_path: pathlib.Path) -> None:

@@ -29,6 +29,10 @@ for line in sys.stdin:
         print(4242, flush=True)
     elif '"garbage"' in behaviour:
         print("error not today", flush=True)
+    elif '"tell-bootstrap"' in behaviour:  # tells what the executor set for it
+        with open(os.path.join(specs, name + ".env"), "w") as f:
+            f.write(os.environ.get("FORGE_ZYGOTE_BOOTSTRAP", "(unset)"))
+        print(4444, flush=True)
     elif '"claim"' in behaviour:
         os.unlink(os.path.join(specs, name))  # what a wrapper does once it read the spec
         os._exit(1)
@@ -64,6 +68,17 @@ async def test_an_answer_and_the_spec_directory(zygotes: Zygotes, tmp_path: path
     specs = tmp_path / SPEC_DIR
     assert specs.stat().st_mode & 0o777 == 0o700
     assert [p.stat().st_mode & 0o777 for p in specs.iterdir()] == [0o600]  # the stand-in leaves it
+
+
+@pytest.mark.parametrize("bootstrap", [None, "capsule/bootstrap.sh"])
+async def test_the_zygote_is_told_the_bootstrap_to_compile_once(tmp_path: pathlib.Path, bootstrap: str | None) -> None:
+    zygotes = Zygotes(tmp_path, bootstrap=tmp_path / bootstrap if bootstrap else None)
+    try:
+        assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "tell-bootstrap")) == 4444
+        [told] = (tmp_path / SPEC_DIR).glob("*.env")
+        assert told.read_text() == (str(tmp_path / bootstrap) if bootstrap else "(unset)")
+    finally:
+        await zygotes.close()
 
 
 async def test_a_garbled_answer_gives_the_attempt_back(zygotes: Zygotes, tmp_path: pathlib.Path) -> None:
