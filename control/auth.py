@@ -11,6 +11,8 @@ Token kinds (`sf<k>_<id>_<secret>`):
 
 Only sha256(secret) is stored: tokens are 256-bit random, so a slow hash adds nothing. A
 verified token is cached for `CACHE_SECONDS`, so a revocation takes effect within that time.
+A run token this process issues is cached as soon as the transaction that made it commits
+(`TokenVerifier`): the runner's first call, seconds later, then reads nothing from the ledger.
 Only a personal access token carries its user's admin rights: a node or executor token minted by
 an admin is not an admin.
 
@@ -29,7 +31,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Table, and_, bindparam, or_, update
+from sqlalchemy import Table, and_, bindparam, event, inspect, or_, update
 from sqlalchemy.orm import Session
 from starforge_api.control.v1 import error_reason_pb2
 
@@ -38,6 +40,8 @@ from control.db import models as m
 from control.db.engine import Database
 
 CACHE_SECONDS = 10.0
+# session.info: the run tokens issued in the session's transaction, (token, row), for TokenVerifier
+ISSUED_RUN_TOKENS = "starforge.issued_run_tokens"
 RUN_TOKEN_GRACE_SECONDS = 600.0
 USER_RE = re.compile(r"^[a-z][a-z0-9-]{1,31}$")
 TOKEN_RE = re.compile(r"^sf([prnje])_([0-9a-z]{10})_([A-Za-z0-9_-]{20,})$")
@@ -138,7 +142,8 @@ def issue_run_token(s: Session, owner: str, job_id: str, attempt_id: str) -> str
 
     Every launch of an attempt gets its own token (a re-sent launch a fresh one): tokens are never
     kept in plain text, so a resend cannot reuse the first one."""
-    token, _ = issue_token(s, owner, "run", name=f"run {attempt_id}", job_id=job_id, attempt_id=attempt_id)
+    token, row = issue_token(s, owner, "run", name=f"run {attempt_id}", job_id=job_id, attempt_id=attempt_id)
+    s.info.setdefault(ISSUED_RUN_TOKENS, []).append((token, row))
     return token
 
 
@@ -189,14 +194,43 @@ def _usable(row: m.Token) -> bool:
 
 
 class TokenVerifier:
-    """Verifies tokens against the database, with a short cache."""
+    """Verifies tokens against the database, with a short cache.
+
+    A run token issued through `db` (`issue_run_token`, at dispatch) is put in the cache when the
+    transaction that made it commits, as its first lookup would have found it: the runner's first
+    call, seconds later, reads nothing. A token whose transaction rolled back, or whose row was
+    undone by a savepoint, is not: it was never stored."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self._cache: dict[str, tuple[Principal, float, float | None]] = {}
+        event.listen(db.sessions, "after_commit", self._take_issued)
+        event.listen(db.sessions, "after_rollback", _drop_issued)
 
     def forget(self) -> None:
         self._cache.clear()
+
+    def _take_issued(self, session: Session) -> None:
+        """On the database thread, as a transaction commits: cache the run tokens it issued."""
+        for token, row in session.info.pop(ISSUED_RUN_TOKENS, ()):
+            if not inspect(row).persistent:  # undone (a rolled-back savepoint's note is dropped anyway)
+                continue
+            principal = Principal(
+                user=row.user,
+                admin=False,  # only a personal access token carries its user's admin rights
+                kind=row.kind,
+                token_id=row.id,
+                job_id=row.job_id,
+                attempt_id=run_token_attempt(row),
+            )
+            self._remember(token, principal, row.expires_at, time.monotonic())
+
+    def _remember(self, token: str, principal: Principal, expires_at: float | None, since: float) -> None:
+        """Cache `principal` for `token` for CACHE_SECONDS from `since` (monotonic) and no longer
+        than the token's own expiry."""
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[token] = (principal, since + CACHE_SECONDS, expires_at)
 
     async def verify(self, token: str | None) -> Principal:
         if not token:
@@ -245,10 +279,14 @@ class TokenVerifier:
             return principal, row.expires_at
 
         principal, expires_at = await self.db.run(lookup)
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[token] = (principal, now + CACHE_SECONDS, expires_at)
+        self._remember(token, principal, expires_at, now)
         return principal
+
+
+def _drop_issued(session: Session) -> None:
+    """A transaction or a savepoint rolled back: the run tokens noted so far are not cached. Those
+    it made were never stored; any made before a savepoint are looked up on their first use."""
+    session.info.pop(ISSUED_RUN_TOKENS, None)
 
 
 # Which token kinds may call which method (by full method name prefix; the first match wins).
