@@ -266,7 +266,7 @@ def compile_bootstrap(path: str) -> None:
     try:
         program = _bootstrap_program(path)
         _COMPILED[program] = compile(program, path, "exec")
-    except (OSError, UnicodeDecodeError, ValueError, SyntaxError) as exc:
+    except (OSError, ValueError, SyntaxError) as exc:  # ValueError: not UTF-8, or no BOOT word
         print(f"starforge zygote: no precompiled bootstrap program ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
