@@ -178,6 +178,11 @@ def expire_run_tokens(s: Session, attempt_id: str, grace_seconds: float = RUN_TO
     s.connection().execute(
         _EXPIRE_RUN_TOKENS, {"run_attempt": attempt_id, "run_name": f"run {attempt_id}", "deadline": deadline}
     )
+    # The UPDATE leaves the session's rows as they were: a token issued in this same transaction
+    # is not cached at commit with the expiry it no longer has; its first use looks it up.
+    issued = s.info.get(ISSUED_RUN_TOKENS)
+    if issued:
+        issued[:] = [(token, row) for token, row in issued if run_token_attempt(row) != attempt_id]
 
 
 def run_token_attempt(row: m.Token) -> str | None:

@@ -117,3 +117,19 @@ async def test_a_revoked_run_token_is_refused_once_the_cache_lapses(
     monkeypatch.setattr(auth, "time", types.SimpleNamespace(time=time.time, monotonic=lambda: later))
     with pytest.raises(errors.Unauthenticated, match="has expired"):
         await verifier.verify(token)
+
+
+async def test_a_run_token_expired_in_the_transaction_that_issued_it_is_not_cached(db: Database) -> None:
+    """The expiry is one UPDATE that the session's row does not see: the cache must not take the
+    token as the row says, unexpired."""
+    verifier = auth.TokenVerifier(db)
+    job_id, attempt_id = _job_and_attempt(db)
+
+    def issue_and_end(s: Session) -> str:
+        token = auth.issue_run_token(s, "alice", job_id, attempt_id)
+        auth.expire_run_tokens(s, attempt_id, grace_seconds=-1)
+        return token
+
+    token = db.run_sync(issue_and_end)
+    with pytest.raises(errors.Unauthenticated, match="has expired"):
+        await verifier.verify(token)
