@@ -37,6 +37,9 @@ ROWS = {
     # the p99 line latency, seconds; STARFORGE_BENCH_FOLLOWERS=5000 for a shorter run
     "followers": ("bench.followers", "latency.p99", False),
 }
+# row -> the CPU it cost, a dotted path into the result (seconds; lower is better): the work the
+# figure above took, which moves far less from round to round than a rate on a shared machine
+CPU = {"throughput": "cpu_s.control_with_children"}
 PROBE = """
 import json, sys
 from {module} import measure_ours
@@ -114,13 +117,19 @@ def _rounds(rows: list[str], rounds: int, base_rev: str, base: pathlib.Path) -> 
         module, key, higher_is_better = ROWS[row]
         ours: list[float] = []
         theirs: list[float] = []
+        cpu: dict[str, list[float]] = {"this": [], "base": []}
         for n in range(rounds):
             # alternate which side goes first, so a drifting machine favours neither
             order = [("base", base), ("this", REPO)] if n % 2 == 0 else [("this", REPO), ("base", base)]
             for side, tree in order:
-                value = figure(measure(tree, module, WORK / "work" / f"{row}-{n + 1}-{side}"), key)
+                result = measure(tree, module, WORK / "work" / f"{row}-{n + 1}-{side}")
+                value = figure(result, key)
                 (ours if side == "this" else theirs).append(value)
-                print(f"{row} round {n + 1} {side}: {value:,.3f} {key}", flush=True)
+                spent = ""
+                if row in CPU:
+                    cpu[side].append(figure(result, CPU[row]))
+                    spent = f" ({cpu[side][-1]:,.1f} CPU-s, {CPU[row]})"
+                print(f"{row} round {n + 1} {side}: {value:,.3f} {key}{spent}", flush=True)
         ratio = statistics.median(ours) / statistics.median(theirs)
         if not higher_is_better:  # a latency: the ratio is base / this, so that >= 1 still means no slower
             ratio = 1 / ratio
@@ -129,6 +138,13 @@ def _rounds(rows: list[str], rounds: int, base_rev: str, base: pathlib.Path) -> 
             f"{statistics.median(theirs):,.3f}: ratio {ratio:.2f} (>= 1: no slower)",
             flush=True,
         )
+        if row in CPU:
+            this_cpu, base_cpu = statistics.median(cpu["this"]), statistics.median(cpu["base"])
+            print(
+                f"{row}: CPU ({CPU[row]}) this tree median {this_cpu:,.1f} s, base {base_cpu:,.1f} s: "
+                f"{this_cpu / base_cpu:.3f} of the base's",
+                flush=True,
+            )
         failed |= ratio < 0.9
     return failed
 

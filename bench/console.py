@@ -74,8 +74,9 @@ class Console:
         """The console process and its children (the executor)."""
         out = [self.proc.pid]
         with contextlib.suppress(OSError):
-            kids = pathlib.Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
-            out += [int(k) for k in kids]
+            for task in pathlib.Path(f"/proc/{self.proc.pid}/task").iterdir():  # each thread lists its own
+                with contextlib.suppress(OSError):
+                    out += [int(k) for k in (task / "children").read_text().split()]
         return out
 
     def memory(self) -> dict[str, float]:

@@ -100,7 +100,11 @@ def cpu_seconds(pid: int, children: bool = False) -> float:
             return own
         kids: list[str] = []
         with contextlib.suppress(OSError):  # gone meanwhile: its own figure still counts
-            kids = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            # every thread's: a child started from a worker thread (the executor's zygote) is
+            # listed under that thread only
+            for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    kids += (task / "children").read_text().split()
         return own + sum(cpu_seconds(int(k), children=True) for k in kids)
     return 0.0
 

@@ -12,7 +12,7 @@ environment and runs the runner's `main` against the capsule tests' IngestServic
 started runner would, with train.sh `true`. Per attempt: the CPU of that child and everything it
 waited for (the zygote's RUSAGE_CHILDREN). The same attempts through `sh bootstrap.sh` are
 measured alternately for comparison. Prints the medians.
-No privilege drop, no wrapper (the real one adds both): a floor, not a runtime.
+No privilege drop (the real one adds it, and its zygote writes the exit code): a floor, not a runtime.
 """
 
 from __future__ import annotations
