@@ -11,19 +11,29 @@ directory only root can enter. It never opens that file: the forked child does. 
 memory, which every runner it forks inherits, never holds anything of any attempt: no
 environment, no path, no id. It answers with the pid of the child (stdout).
 
-The child is the attempt's wrapper, what the `sh -c` wrapper of process_runtime.py is: it leads a
-new session, stays root, ignores (with a no-op handler) TERM, INT and HUP, writes
-``wrapper.pid`` into the attempt's directory, forks the job's process, waits for it and writes
-its exit code to ``exit_code`` (128 + the signal's number when a signal ended it, as ``sh``
-says it). The job's process drops to the attempt's uid (no supplementary groups, no_new_privs),
-takes the attempt's environment and working directory and then runs bootstrap.sh's own program
-(read from the attempt's capsule, with another ``__name__``): the integrity check of capsule.json
-and every file it lists, the set-aside of the job's PEX_ variables, and the shared-venv check.
-Only when that check names this very venv does the runner's ``main`` run here, in the forked
-process; otherwise the process execs ``sh bootstrap.sh``, the usual way. When the executor names
-its own capsule's bootstrap.sh (``FORGE_ZYGOTE_BOOTSTRAP``, with ``warm_capsule``), the zygote
-compiles that program once as it starts; a job's process whose bootstrap.sh holds the very same
-program text runs that code, and compiles any other program from its own file.
+One fork per attempt: the child is the attempt's runner itself. It leads a new session, reads
+and deletes its spec, and hands the zygote an open descriptor of the attempt's directory (over a
+socket pair made for that fork, `SCM_RIGHTS`), then writes ``wrapper.pid`` (its own pid) into
+that directory, drops to the attempt's uid (no supplementary groups, no_new_privs), takes the
+attempt's environment and working directory and runs bootstrap.sh's own program (read from the
+attempt's capsule, with another ``__name__``): the integrity check of capsule.json and every file
+it lists, the set-aside of the job's PEX_ variables, and the shared-venv check. Only when that
+check names this very venv does the runner's ``main`` run here, in the forked process; otherwise
+the process execs ``sh bootstrap.sh``, the usual way. When the executor names its own capsule's
+bootstrap.sh (``FORGE_ZYGOTE_BOOTSTRAP``, with ``warm_capsule``), the zygote compiles that
+program once as it starts; a process whose bootstrap.sh holds the very same program text runs
+that code, and compiles any other program from its own file.
+
+The zygote, root, is what a wrapper process per attempt used to be: it waits for each child and
+writes its exit code to ``exit_code`` in the child's directory, through the descriptor (128 + the
+signal's number when a signal ended it, as ``sh`` says it), before it reaps the child; until then
+the ended child is a zombie the executor still counts as running. The job cannot forge it: the
+directory is root's, and the status is the kernel's. What the zygote holds of an attempt is that
+descriptor (a number; no name) and the child's pid, for as long as the child runs; a child closes
+every inherited descriptor before it reads anything of its own attempt. When its input ends (the
+executor stopped, or died even by kill -9) the zygote forks no more, waits for the attempts still
+running and writes their exit codes, then exits. It ignores SIGINT and SIGHUP (a terminal's
+interrupt or hang-up reaches the executor's whole process group); a child sets its own.
 
 What a forked runner shares with the others: the code imported before the fork (the same bytes
 the venv holds), the address-space layout and the string-hash secret of the zygote (the training
@@ -40,6 +50,7 @@ import importlib
 import json
 import os
 import signal
+import socket
 import sys
 import traceback
 from types import CodeType
@@ -58,6 +69,7 @@ BOOT_START = "BOOT='\n"
 BOOT_END = "\n'\n"
 
 _COMPILED: dict[str, CodeType] = {}  # bootstrap's program -> its code (compile_bootstrap), at most one
+_ATTEMPTS: dict[int, int] = {}  # pid of a running attempt -> descriptor of its directory (no name)
 
 
 def preload() -> None:
@@ -98,7 +110,8 @@ def _describe_messages() -> None:
 
 
 def serve() -> None:
-    """Fork a wrapper per line read from stdin; answer its pid (or ``error <text>``) on stdout."""
+    """Fork an attempt's runner per line read from stdin; answer its pid (or ``error <text>``) on
+    stdout. When the input ends, wait for the runners still running, then return."""
     spec_dir = os.environ.get(SPEC_DIR_ENV, "")
     if not spec_dir.startswith("/"):
         print(f"error {SPEC_DIR_ENV} is not an absolute path", flush=True)
@@ -109,6 +122,8 @@ def serve() -> None:
     preload()
     if bootstrap.startswith("/"):
         compile_bootstrap(bootstrap)
+    for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's, meant for the executor's group
+        signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, _reap)
     print("ready", flush=True)
     for line in sys.stdin:
@@ -117,63 +132,125 @@ def serve() -> None:
             print("error bad spec name", flush=True)
             continue
         try:
-            pid = os.fork()
+            pid = _fork_attempt(os.path.join(spec_dir, name), venv)
         except OSError as exc:
             print(f"error fork: {exc.strerror or exc}", flush=True)
             continue
-        if pid == 0:
-            _wrapper(os.path.join(spec_dir, name), venv)
         print(pid, flush=True)
+    _finish()
+
+
+def _fork_attempt(spec_path: str, venv: str) -> int:
+    """Fork the attempt's runner; keep the descriptor of its directory that it sends back. SIGCHLD
+    waits meanwhile, so a child that ends at once is recorded by `_reap` with its directory."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                ours.close()
+                _attempt(spec_path, venv, theirs)
+            theirs.close()
+            directory = _received_directory(ours)
+        finally:
+            ours.close()
+            with contextlib.suppress(OSError):
+                theirs.close()
+        if directory is not None:
+            _ATTEMPTS[pid] = directory
+        return pid
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+
+
+def _received_directory(sock: socket.socket) -> int | None:
+    """The descriptor the child sent (None when it ended or failed before it could)."""
+    try:
+        _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    except OSError:
+        return None
+    for extra in fds[1:]:
+        os.close(extra)
+    return fds[0] if fds else None
 
 
 def _reap(signum: int, frame: Any) -> None:
-    """Wait for every wrapper that ended (their CPU then counts as this process's children's,
-    as a started attempt's counts as the executor's)."""
+    """Record the exit code of every attempt that ended, then reap it (its CPU then counts as this
+    process's children's, as a started attempt's counts as the executor's)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if info is None:
             return
+        _record(info)
 
 
-def _no_op(signum: int, frame: Any) -> None:
-    """The wrapper outlives a TERM to its group long enough to write the exit code."""
+def _finish() -> None:
+    """The input ended: fork no more; wait for every attempt still running, recording each."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is not None:
+            _record(info)
 
 
-def _wrapper(spec_path: str, venv: str) -> NoReturn:
-    """The attempt's wrapper (root): see the module docstring. Never returns."""
+def _record(info: os.waitid_result) -> None:
+    """Write the ended child's exit code into its directory (when it sent one), then reap it."""
+    directory = _ATTEMPTS.pop(info.si_pid, None)
+    if directory is not None:
+        try:
+            _write_atomically(directory, "exit_code", _exit_code(info))
+        except OSError:
+            traceback.print_exc()
+        finally:
+            os.close(directory)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(info.si_pid, 0)
+
+
+def _exit_code(info: os.waitid_result) -> int:
+    """The exit code as sh reports it (128 + signal number when signalled)."""
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return 128 + info.si_status
+
+
+def _attempt(spec_path: str, venv: str, tell: socket.socket) -> NoReturn:
+    """The attempt's runner (root until `_run_job` drops to the job's uid): see the module
+    docstring. Never returns."""
     code = EXIT_WRAPPER_ERROR
-    root = ""
     try:
-        os.setsid()
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the zygote's block is not the job's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, _no_op)
+        keep = tell.fileno()
+        os.closerange(3, keep)  # other attempts' directories, and anything else of the zygote's
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        os.setsid()
         with open(spec_path, "rb") as f:
             raw = f.read()
         os.unlink(spec_path)  # the claim: the executor gives up an attempt only if it deletes it first
         spec = json.loads(raw)
         root = spec["root"]
-        _standard_streams(spec["log"])
+        directory = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+        socket.send_fds(tell, [b"d"], [directory])
+        tell.close()
+        _standard_streams(spec["log"])  # closes `directory` too
         os.chdir(root)
-        _write_atomically(os.path.join(root, "wrapper.pid"), os.getpid())
-        pid = os.fork()
-        if pid == 0:
-            _job(spec, venv)
-        code = _exit_code(pid)
+        _write_atomically(None, "wrapper.pid", os.getpid())
+        code = _run_job(spec, venv)
+    except SystemExit as exc:  # bootstrap's program exits 97/98 with its own message
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
         traceback.print_exc()
         sys.stderr.write("starforge: the pre-forked runner could not start this attempt\n")
-    finally:
-        if root:
-            try:
-                _write_atomically(os.path.join(root, "exit_code"), code)
-            except OSError:
-                traceback.print_exc()
-        _flush()
-        os._exit(0)
+    _flush()
+    os._exit(code)
 
 
 def _standard_streams(log: str) -> None:
@@ -186,37 +263,20 @@ def _standard_streams(log: str) -> None:
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
 
 
-def _write_atomically(path: str, value: int) -> None:
-    with open(path + ".tmp", "w") as f:
-        f.write(f"{value}\n")
-    os.replace(path + ".tmp", path)
-
-
-def _exit_code(pid: int) -> int:
-    """The job process's exit code as sh reports it (128 + signal number when signalled)."""
-    _, status = os.waitpid(pid, 0)  # a TERM to the wrapper runs the no-op and the wait goes on
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.waitstatus_to_exitcode(status)
-
-
-def _job(spec: dict[str, Any], venv: str) -> NoReturn:
-    """The job's process: the attempt's uid, environment and directory, bootstrap.sh's checks,
-    then the runner. Never returns."""
-    code = EXIT_WRAPPER_ERROR
+def _write_atomically(directory: int | None, name: str, value: int) -> None:
+    """`name` holding `value`, through a temporary file renamed over it; in the folder of the
+    descriptor `directory`, or in the working directory (None)."""
+    fd = os.open(f"{name}.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=directory)
     try:
-        code = _run_job(spec, venv)
-    except SystemExit as exc:  # bootstrap's program exits 97/98 with its own message
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    _flush()
-    os._exit(code)
+        os.write(fd, f"{value}\n".encode())
+    finally:
+        os.close(fd)
+    os.replace(f"{name}.tmp", name, src_dir_fd=directory, dst_dir_fd=directory)
 
 
 def _run_job(spec: dict[str, Any], venv: str) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # the zygote ignores it
     signal.signal(signal.SIGINT, signal.default_int_handler)
     uid = int(spec["uid"])
     if uid >= 0:

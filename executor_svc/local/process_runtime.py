@@ -24,11 +24,15 @@ scratch dir (a PEX_ROOT shared between jobs would be code one job could change f
 job's own PEX_ROOT is its command's, executor_svc/capsule_env.py). Without it, every
 attempt runs as the executor's user: one trusted user only.
 
-With job uids and a shared runner venv (pex_warm.py), the wrapper and the job's process are not
-`sh` and bootstrap.sh but forks of a warm runner process for that venv (zygote.py: the same
-`wrapper.pid` and `exit_code`, the same uid drop and integrity check); a record is adopted by
-`wrapper.pid` when the process's working directory is the attempt's, which is where that wrapper
-works. When no zygote can take an attempt it starts as above.
+With job uids and a shared runner venv (pex_warm.py), an attempt is not `sh` and bootstrap.sh
+under a wrapper but one fork of a warm runner process for that venv (zygote.py), which is itself
+the wrapper: the forked runner writes `wrapper.pid`, leads its session and drops to the uid
+after the same integrity check; the zygote (root) waits for it and writes `exit_code`. Until the
+zygote has written it, an ended runner is a zombie of the zygote, which counts as running here
+(`_running`): without that, an attempt observed in between would read "gone without an exit
+code". A record is adopted by `wrapper.pid` when the process's working directory is the
+attempt's or inside it (the runner works in the attempt's workspace). When no zygote can take
+an attempt it starts as above.
 """
 
 from __future__ import annotations
@@ -90,6 +94,14 @@ def start_ticks(pid: int) -> int:
 def _alive(pid: int, ticks: int) -> bool:
     fields = _proc_stat(pid)
     return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == ticks
+
+
+def _unrecorded_zombie(pid: int, ticks: int) -> bool:
+    """`pid` (started at `ticks`) ended and its parent has not reaped it yet: a pre-forked runner
+    whose zygote writes its exit code before it reaps it (an `sh` wrapper writes its own first,
+    and init reaps an orphan at once)."""
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] == "Z" and int(fields[19]) == ticks
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -294,8 +306,10 @@ class ProcessRuntime(Runtime):
         except (FileNotFoundError, ValueError):
             return
         ticks = start_ticks(pid)
-        # the `sh` wrapper names the attempt's directory in its arguments; a pre-forked one works in it
-        if ticks and (str(root) in _cmdline(pid)[3:] or _cwd(pid) == str(root)):
+        # the `sh` wrapper names the attempt's directory in its arguments; a pre-forked runner works
+        # in it (its workspace)
+        cwd = _cwd(pid)
+        if ticks and (str(root) in _cmdline(pid)[3:] or cwd == str(root) or cwd.startswith(f"{root}/")):
             record.pid, record.pid_start, record.handle = pid, ticks, str(pid)
 
     def _running(self, record: AttemptRecord) -> bool:
@@ -303,9 +317,13 @@ class ProcessRuntime(Runtime):
         self._adopt(record)
         if record.pid <= 0:
             return False
-        return _alive(record.pid, record.pid_start) or (
-            # the wrapper is gone but something of its group still runs
-            start_ticks(record.pid) in (0, record.pid_start) and group_alive(record.pid)
+        return (
+            _alive(record.pid, record.pid_start)
+            or _unrecorded_zombie(record.pid, record.pid_start)
+            or (
+                # the wrapper is gone but something of its group still runs
+                start_ticks(record.pid) in (0, record.pid_start) and group_alive(record.pid)
+            )
         )
 
     async def inspect(self, record: AttemptRecord) -> RuntimeState:

@@ -5,9 +5,10 @@ imports, most of its CPU. For every shared runner venv (pex_warm.py: root-owned,
 per node, runner and interpreter) the executor starts one zygote: that venv's own entry, as the
 attempt's runner would start, with ``PEX_MODULE=sfrunner.zygote:serve``, as root, an empty
 environment and ``/`` as its directory. It imports the runner once and then forks, per attempt,
-a wrapper that does what the `sh -c` wrapper does (session leader, ``wrapper.pid``,
-``exit_code``) and the job's process, which drops to the attempt's uid and runs bootstrap.sh's
-own checks before the runner's ``main``.
+the attempt's runner itself: one fork, which leads a session of its own, writes ``wrapper.pid``,
+drops to the attempt's uid and runs bootstrap.sh's own checks before the runner's ``main``. The
+zygote waits for it and writes its ``exit_code`` (what the `sh` wrapper does for an attempt that
+starts the usual way).
 
 The attempt's spec (its directories, log, uid and environment) is written here to a file in
 ``<state>/zygote``, a directory only root can enter, named by a counter; the zygote reads the
@@ -18,14 +19,17 @@ directory's block group, where one made and one deleted per attempt made every n
 ~1 ms of kernel CPU on ext4 without a journal (``_write_private``).
 
 A zygote is the executor's child and reads its stdin: when the executor goes (even by kill -9)
-the zygote sees the end of its input and exits. The wrappers it forked lead sessions of their
-own and live on; the next executor finds them by ``wrapper.pid`` and their working directory
-(the attempt's), and reads ``exit_code`` as for the `sh` wrapper. A zygote that cannot start or
-stops answering is killed (by its pid); the attempt goes the usual way, and the venv gets a new
-zygote no sooner than RETRY_SECONDS later. One that died (killed by someone, out of memory) is
-replaced at the next launch. One that no attempt used for IDLE_SECONDS is stopped at the next
-launch for another venv: after an upgrade of the runner, the old runner's zygote would otherwise
-hold its memory until the executor stops.
+the zygote sees the end of its input, forks no more, and exits once the attempts it runs have
+ended and their exit codes are written; closing the executor does the same. The attempts lead
+sessions of their own and live on; the next executor finds them by ``wrapper.pid`` and their
+working directory (inside the attempt's), and reads ``exit_code`` as for the `sh` wrapper. A
+zygote that cannot start or stops answering is killed (by its pid): the attempts it ran go on,
+without an exit code (their runners report their own ends; the control plane ends an attempt
+from the executor's observation otherwise); the attempt at hand goes the usual way, and the venv
+gets a new zygote no sooner than RETRY_SECONDS later. One that died (killed by someone, out of
+memory) is replaced at the next launch. One that no attempt used for IDLE_SECONDS has its input
+closed at the next launch for another venv: after an upgrade of the runner, the old runner's
+zygote would otherwise hold its memory until the executor stops.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import itertools
 import json
 import logging
 import os
+import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +54,12 @@ FORK_TIMEOUT_S = 10.0
 RETRY_SECONDS = 60.0
 STALE_SPEC_SECONDS = 60.0  # a spec an earlier executor's zygote never forked for (it holds secrets)
 IDLE_SECONDS = 600.0  # a zygote unused this long is stopped when another venv's launches
+CLOSE_WAIT_S = 2.0  # how long closing the executor waits for a zygote without attempts to exit
 
 
 @dataclass(frozen=True)
 class ZygoteSpec:
-    """What the forked wrapper needs: the attempt's directory (wrapper.pid, exit_code), its log,
+    """What the forked runner needs: the attempt's directory (wrapper.pid, exit_code), its log,
     the job's working directory, uid (-1: the executor's own) and environment."""
 
     root: Path
@@ -71,19 +78,27 @@ class ZygoteGone(Exception):
 
 
 class Zygote:
-    """One zygote process, for one shared runner venv."""
+    """One zygote process, for one shared runner venv.
+
+    Started with `subprocess` rather than asyncio's subprocess transport, which kills the child
+    when it is closed or collected: a zygote must outlive its executor while its attempts run. A
+    daemon thread waits for it (reaps it as soon as it exits, and never holds the executor's own
+    exit). Its answers are read through an asyncio pipe; its input is written directly (a short
+    line at a time, one unanswered at most, so the pipe never fills)."""
 
     def __init__(self, venv: str, spec_dir: Path, bootstrap: Path | None = None) -> None:
         self.venv = venv
         self._spec_dir = spec_dir
         self._bootstrap = bootstrap
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._answers: asyncio.StreamReader | None = None
+        self._reader: asyncio.ReadTransport | None = None
         self._lock = asyncio.Lock()
         self.used_at = time.monotonic()  # its start, or when a launch last took it (Zygotes._zygote)
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     async def start(self) -> None:
         entry = os.path.join(self.venv, "pex")
@@ -91,24 +106,28 @@ class Zygote:
         env = {"PEX_MODULE": "sfrunner.zygote:serve", "FORGE_ZYGOTE_SPECS": str(self._spec_dir)}
         if self._bootstrap is not None:
             env["FORGE_ZYGOTE_BOOTSTRAP"] = str(self._bootstrap)
-        self._proc = await asyncio.create_subprocess_exec(
-            python,
-            "-I",
-            entry,
+        self._proc = await asyncio.to_thread(
+            subprocess.Popen,
+            [python, "-I", entry],
             env=env,
             cwd="/",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=None,  # the executor's own log
             close_fds=True,
         )
+        threading.Thread(target=self._proc.wait, name=f"zygote-{self._proc.pid}", daemon=True).start()
+        assert self._proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        self._answers = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(self._answers)
+        self._reader, _ = await loop.connect_read_pipe(lambda: protocol, self._proc.stdout)
         await self._answer(START_TIMEOUT_S, "ready")
 
     async def _answer(self, timeout: float, expected: str | None = None) -> str:
-        assert self._proc is not None
-        assert self._proc.stdout is not None
+        assert self._answers is not None
         try:
-            line = (await asyncio.wait_for(self._proc.stdout.readline(), timeout)).decode().strip()
+            line = (await asyncio.wait_for(self._answers.readline(), timeout)).decode().strip()
         except (TimeoutError, OSError, UnicodeDecodeError) as exc:
             await self.stop()
             raise ZygoteGone(f"no answer ({type(exc).__name__})") from None
@@ -118,22 +137,21 @@ class Zygote:
         return line
 
     async def fork(self, name: str) -> int:
-        """The pid of the wrapper forked for the spec file `name`."""
+        """The pid of the runner forked for the spec file `name`."""
         async with self._lock:
-            if self._proc is None or self._proc.returncode is not None or self._proc.stdin is None:
+            if self.pid is None or self._proc is None or self._proc.stdin is None:
                 raise ZygoteGone("not running")
             try:
-                return await self._exchange(self._proc.stdin, name)
+                return await self._exchange(self._proc.stdin.fileno(), name)
             except asyncio.CancelledError:
                 # an answer may still come and be read as the next fork's: this zygote is done
                 self._abandon()
                 raise
 
-    async def _exchange(self, stdin: asyncio.StreamWriter, name: str) -> int:
+    async def _exchange(self, stdin: int, name: str) -> int:
         try:
-            stdin.write(f"{name}\n".encode())
-            await stdin.drain()
-        except (OSError, RuntimeError) as exc:  # BrokenPipe, ConnectionReset; a closed transport
+            _write_all(stdin, f"{name}\n".encode())
+        except OSError as exc:  # BrokenPipe: it exited
             await self.stop()
             raise ZygoteGone(str(exc)) from None
         answer = await self._answer(FORK_TIMEOUT_S)
@@ -143,29 +161,51 @@ class Zygote:
             await self.stop()
             raise ZygoteGone(f"answered {answer!r}") from None
 
-    def _abandon(self) -> None:
-        """SIGKILL now, without waiting (asyncio reaps it): for a caller being cancelled, and for
-        an idle zygote stopped at another venv's launch."""
+    def _detach(self) -> subprocess.Popen[bytes] | None:
+        """Forget the process: close both pipes (its input ends) and hand it to the caller."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        return proc
+
+    def _abandon(self) -> None:
+        """SIGKILL now, without waiting (its thread reaps it): for a caller being cancelled. Its
+        running attempts go on; their exit codes are lost (their runners report their own ends)."""
+        proc = self._detach()
+        if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
-    async def stop(self, *, kill: bool = True) -> None:
-        """End the zygote (our own child, by its pid): SIGKILL when it misbehaved (it holds
-        nothing to save), SIGTERM first when the executor closes."""
-        proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
+    async def stop(self) -> None:
+        """End a zygote that misbehaved (our own child, by its pid): SIGKILL, then reap it."""
+        proc = self._detach()
+        if proc is None or proc.poll() is not None:
             return
-        if not kill:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 5.0)
-                return
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        await proc.wait()
+        await asyncio.to_thread(proc.wait)
+
+    async def close(self, wait: float = CLOSE_WAIT_S) -> None:
+        """End the zygote's input: it forks no more and exits once its attempts have ended (at once
+        when none runs); wait up to `wait` seconds for that, then leave it to finish them."""
+        proc = self._detach()
+        if proc is None:
+            return
+        if not await asyncio.to_thread(_exited_within, proc, wait):
+            log.info("the pre-forked runner %d stays until the attempts it runs have ended", proc.pid)
+
+
+def _exited_within(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    """Whether `proc` exits within `seconds` (a bounded wait: a thread never blocks past it)."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 class Zygotes:
@@ -188,7 +228,7 @@ class Zygotes:
 
     def _prepare(self) -> None:
         """The spec directory: root's (the executor's user's) alone; specs an earlier executor
-        left (its zygote exited with it, so no wrapper will take them) removed."""
+        left (its zygote exited with it, so no runner will take them) removed."""
         self._spec_dir.mkdir(mode=0o700, exist_ok=True)
         st = self._spec_dir.lstat()
         if st.st_uid != os.geteuid() or not self._spec_dir.is_dir() or self._spec_dir.is_symlink():
@@ -244,9 +284,9 @@ class Zygotes:
         return await self._prepared_once() and await self._zygote(venv) is not None
 
     async def fork(self, venv: str, spec: ZygoteSpec) -> int | None:
-        """The pid of the attempt's wrapper, forked by the venv's zygote; 0 when a wrapper took the
-        attempt but its pid was not told (the wrapper writes it to `wrapper.pid`); None when no
-        wrapper took it (the caller starts the attempt through bootstrap.sh)."""
+        """The pid of the attempt's runner, forked by the venv's zygote; 0 when a runner took the
+        attempt but its pid was not told (the runner writes it to `wrapper.pid`); None when no
+        runner took it (the caller starts the attempt through bootstrap.sh)."""
         if not await self._prepared_once():
             return None
         self._stop_idle(keep=venv)
@@ -264,7 +304,7 @@ class Zygotes:
             return await zygote.fork(name)
         except ZygoteGone as exc:
             self._failed_at[venv] = time.monotonic()
-            # Whoever deletes the spec file owns the attempt: a wrapper that read it (and starts
+            # Whoever deletes the spec file owns the attempt: a runner that read it (and starts
             # the attempt) or this executor (which starts it through bootstrap.sh instead).
             try:
                 path.unlink()
@@ -275,19 +315,20 @@ class Zygotes:
             return None
 
     def _stop_idle(self, keep: str) -> None:
-        """Stop (SIGKILL, our own child by its pid) the zygotes of other venvs that no attempt used
-        for `idle_seconds`: the wrappers they forked lead sessions of their own and live on."""
+        """Close the input of the zygotes of other venvs that no attempt used for `idle_seconds`:
+        each exits once the attempts it forked have ended."""
         now = time.monotonic()
         for venv, zygote in list(self._zygotes.items()):
             if venv == keep or now - zygote.used_at < self._idle_seconds:
                 continue
             log.info("stopping the pre-forked runner for %s: unused for %.0f s", venv, now - zygote.used_at)
             del self._zygotes[venv]
-            zygote._abandon()
+            zygote._detach()  # its input ends: it exits once its attempts have (its thread reaps it)
 
     async def close(self) -> None:
+        """End every zygote's input (see `Zygote.close`): attempts they run keep running."""
         for zygote in self._zygotes.values():
-            await zygote.stop(kill=False)
+            await zygote.close()
         self._zygotes.clear()
 
 
@@ -295,8 +336,8 @@ def _write_private(path: Path, data: bytes, near: Path) -> None:
     """A new file `path` holding `data`, readable by this user alone. Its inode is taken in the
     folder `near` (the attempt's own: an unnamed O_TMPFILE there, then linked to `path`), so the
     spec folder's block group never sees an inode made or freed per attempt: on ext4 without a
-    journal a file made there, among the ones the last wrappers deleted, cost ~1 ms of kernel CPU
-    (docs/benchmarks.md, throughput). The wrapper's unlink then frees the inode in `near`'s
+    journal a file made there, among the ones the last runners deleted, cost ~1 ms of kernel CPU
+    (docs/benchmarks.md, throughput). The runner's unlink then frees the inode in `near`'s
     group. Where O_TMPFILE or the link is not possible, the file is made in place."""
     try:
         fd = os.open(near, os.O_TMPFILE | os.O_WRONLY, 0o600)

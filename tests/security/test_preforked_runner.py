@@ -5,13 +5,17 @@ With job uids, every attempt's runner is forked from one warm process per runner
 as root. The hostile tenant is bob's job: its runner is a copy of that process, so whatever the
 zygote ever held of alice's job (her environment, her job's id) would be in bob's runner too.
 The test reads the zygote's whole writable memory, as root, after alice's job started, and finds
-nothing of hers there (and does find what it must hold: the spec directory's path). Bob's job
-also tries what it can reach: the spec files (in a directory only root enters), its own runner's
-memory and environment (not dumpable), and the zygote (root: no signal, no memory).
+nothing of hers there (and does find what it must hold: the spec directory's path). While
+alice's job runs, the zygote holds an open descriptor of her attempt's directory (to write her
+exit code); bob's runner, forked meanwhile, holds none of it. Bob's job also tries what it can
+reach: the spec files (in a directory only root enters), its own runner's memory and environment
+(not dumpable), its own exit code (written by the zygote, root, in a directory of root's), and
+the zygote (root: no signal, no memory).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import re
@@ -19,11 +23,13 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 
 from starforge_api.job.v1 import job_state_pb2 as st
 
 from tests.security.isolation_support import (
     PROC_READERS,
+    attempt_dir,
     finish,
     isolated_console,
     out_dir,
@@ -31,6 +37,7 @@ from tests.security.isolation_support import (
     state_dir,
     submit,
     user,
+    wait_file,
 )
 
 PROBE = r"""#!/bin/sh
@@ -50,8 +57,8 @@ def read(path):
     with open(path, "rb") as f:
         f.read(1)
 
-wrapper = parent(runner)
-zygote = parent(wrapper)
+zygote = parent(runner)
+attempt_dir = os.path.dirname(os.environ["FORGE_CAPSULE_DIR"])
 status = dict(line.split(":", 1) for line in open("/proc/self/status"))
 result = {
     "uid": os.getuid(),
@@ -59,17 +66,19 @@ result = {
     "no_new_privs": status["NoNewPrivs"].strip(),
     "runner": runner,
     "runner_cmdline": cmdline(runner),
-    "wrapper": wrapper,
     "zygote": zygote,
     "zygote_cmdline": cmdline(zygote),
     "list specs": attempt(lambda: os.listdir(specs)),
     # where the executor makes the spec's inode (unnamed) before it links it into the spec directory
-    "list attempt dir": attempt(lambda: os.listdir(os.path.dirname(os.environ["FORGE_CAPSULE_DIR"]))),
+    "list attempt dir": attempt(lambda: os.listdir(attempt_dir)),
+    # the exit code the zygote writes when the runner ends: the job would say "0" whatever happened
+    "write exit code": attempt(lambda: open(os.path.join(attempt_dir, "exit_code"), "w").write("0\n")),
+    "write exit code temp": attempt(lambda: open(os.path.join(attempt_dir, "exit_code.tmp"), "w").write("0\n")),
     "read runner environ": attempt(lambda: read(f"/proc/{runner}/environ")),
     "read runner memory": attempt(lambda: read(f"/proc/{runner}/mem")),
     "read zygote memory": attempt(lambda: read(f"/proc/{zygote}/mem")),
     "signal zygote": attempt(lambda: os.kill(zygote, signal.SIGSTOP)),
-    "signal wrapper": attempt(lambda: os.kill(wrapper, signal.SIGKILL)),
+    "kill zygote": attempt(lambda: os.kill(zygote, signal.SIGKILL)),
 }
 json.dump(result, open(out, "w"))
 PY
@@ -109,7 +118,7 @@ async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
         seen = [read_json(out_dir(c, job.job_id) / "probe.json") for job in (victim, attack)]
         venvs = state_dir(c) / "pex-shared" / "venvs"
         for report in seen:
-            # each job's runner was forked (its parent: a wrapper, whose parent is the zygote) ...
+            # each job's runner was forked (its parent: the zygote) ...
             assert report["runner_cmdline"] == report["zygote_cmdline"], report
             python, flag, entry = report["zygote_cmdline"]
             assert flag == "-I" and pathlib.Path(entry).is_relative_to(venvs), report
@@ -123,10 +132,12 @@ async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
                 "read runner environ",
                 "read runner memory",
                 "read zygote memory",
+                "write exit code",
+                "write exit code temp",
             )
             for what in denied:
                 assert report[what] == "Permission denied", (what, report)
-            for what in ("signal zygote", "signal wrapper"):
+            for what in ("signal zygote", "kill zygote"):
                 assert report[what] == "Operation not permitted", (what, report)
         assert seen[0]["zygote"] == seen[1]["zygote"], seen  # one zygote for both tenants
         zygote = seen[0]["zygote"]
@@ -142,6 +153,63 @@ async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
         assert specs.stat().st_uid == 0 and specs.stat().st_mode & 0o777 == 0o700
         status = pathlib.Path(f"/proc/{zygote}/status").read_text()
         assert re.search(r"^State:\s+S", status, re.M), status  # sleeping on its input, not stopped
+
+
+# Writes the runner's pid (train.sh's parent) and waits for `release`.
+HOLDING = """#!/bin/sh
+echo "$PPID" > "$FORGE_OUT_DIR/runner"
+while [ ! -e "$FORGE_OUT_DIR/release" ]; do sleep 0.1; done
+"""
+
+
+def _open_folders(pid: int) -> set[str]:
+    """What `pid`'s open descriptors name, read as root."""
+    names = set()
+    for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            names.add(os.readlink(fd))
+        except OSError:  # closed meanwhile
+            continue
+    return names
+
+
+def _parent(pid: int) -> int:
+    raw = pathlib.Path(f"/proc/{pid}/stat").read_bytes()
+    return int(raw[raw.rfind(b")") + 2 :].split()[1])
+
+
+async def test_the_zygote_holds_a_running_attempts_directory_and_no_runner_inherits_it() -> None:
+    async with isolated_console() as c:
+        alice, bob = await user(c, "alice"), await user(c, "bob")
+        first = await alice.submit_custom(HOLDING)
+        await wait_file(out_dir(c, first.job_id) / "runner", alice, first.job_id)
+        second = await submit(bob, HOLDING)  # forked while alice's attempt runs
+        await wait_file(out_dir(c, second.job_id) / "runner", bob, second.job_id)
+        runners = [int((out_dir(c, j.job_id) / "runner").read_text()) for j in (first, second)]
+        zygote = _parent(runners[0])
+        assert _parent(runners[1]) == zygote
+        folders = [str(attempt_dir(c, j.job_id)) for j in (first, second)]
+        # the zygote holds both directories (to write each exit code) ...
+        assert set(folders) <= _open_folders(zygote), _open_folders(zygote)
+        # ... and no runner holds anything of the other attempt, nor the descriptor of its own
+        # directory (it closed every inherited one; its log is in there, opened by itself)
+        for runner, own, other in zip(runners, folders, reversed(folders), strict=True):
+            held = _open_folders(runner)
+            assert own not in held and not any(n == other or n.startswith(f"{other}/") for n in held), held
+        for job in (first, second):
+            (out_dir(c, job.job_id) / "release").touch()
+        for tenant, job in ((alice, first), (bob, second)):
+            done = await finish(tenant, job.job_id)
+            assert done.state == st.JOB_STATE_SUCCEEDED, await tenant.logs(job.job_id)
+        # once each runner has exited (after it reported its end): its exit code written and its
+        # directory let go, nothing of either attempt is left in the zygote
+        attempts = str(state_dir(c) / "attempts")
+        deadline = time.monotonic() + 30
+        while any(name.startswith(attempts) for name in _open_folders(zygote)):
+            assert time.monotonic() < deadline, _open_folders(zygote)
+            await asyncio.sleep(0.05)
+        for folder in folders:
+            assert (pathlib.Path(folder) / "exit_code").read_text() == "0\n"
 
 
 async def test_a_jobs_own_variables_cannot_point_the_pre_forked_runner_at_its_code() -> None:

@@ -38,6 +38,9 @@ for line in sys.stdin:
         os._exit(1)
     else:
         print(4343, flush=True)
+# input ended: a zygote with attempts still running stays until they end (here: until `linger` goes)
+while os.path.exists(os.path.join(specs, "linger")):
+    time.sleep(0.05)
 """
 
 
@@ -116,6 +119,23 @@ async def test_close_ends_the_zygote(tmp_path: pathlib.Path) -> None:
         assert pid is not None
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+async def test_close_leaves_a_zygote_that_still_runs_attempts(tmp_path: pathlib.Path) -> None:
+    """Closing the executor ends the zygote's input; one whose attempts still run stays to write
+    their exit codes, and is reaped when it leaves."""
+    zygotes = Zygotes(tmp_path)
+    assert await zygotes.fork(_venv(tmp_path), _spec(tmp_path, "plain")) == 4343
+    (linger := tmp_path / SPEC_DIR / "linger").touch()
+    [pid] = [z.pid for z in zygotes._zygotes.values()]
+    assert pid is not None
+    started = time.monotonic()
+    await zygotes.close()
+    assert time.monotonic() - started < 10.0  # it waited a moment, not for the attempts
+    os.kill(pid, 0)  # still there
+    assert await _reaped(pid, within=0.3) is False
+    linger.unlink()
+    assert await _reaped(pid), f"the zygote {pid} did not leave once its attempts had ended"
 
 
 async def _reaped(pid: int, within: float = 10.0) -> bool:
