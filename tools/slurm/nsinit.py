@@ -16,9 +16,11 @@ Stdlib only and run by path (`python -I nsinit.py CONFIG`): it must not import t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -79,6 +81,33 @@ def _spawn(config: dict[str, Any], daemon: dict[str, Any]) -> subprocess.Popen[b
         return subprocess.Popen(command, env=daemon["env"], stdout=out, stderr=subprocess.STDOUT, cwd="/")
 
 
+SACK_WAIT_S = 5.0  # how long a slurmd is given to bind its auth socket before the next one starts
+
+
+def _sack(root: str) -> int | None:
+    """The inode of the socket at /run/slurm/sack.socket, None when there is none."""
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(f"{root}/run/slurm/sack.socket")
+        if stat.S_ISSOCK(st.st_mode):
+            return st.st_ino
+    return None
+
+
+def _await_sack(root: str, proc: subprocess.Popen[bytes], before: int | None) -> None:
+    """Wait until the slurmd just started has bound /run/slurm/sack.socket anew (a socket other
+    than `before` is there), or it ended, or SACK_WAIT_S passed. Every slurmd removes that path
+    and binds it again as it starts; two doing so at once can both remove it before either binds,
+    and the second bind then fails with "Address already in use" and that slurmd exits. One at a
+    time, the later one takes the path."""
+    deadline = time.monotonic() + SACK_WAIT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        now = _sack(root)
+        if now is not None and now != before:
+            return
+        time.sleep(0.01)
+    _log(f"{root}/run/slurm/sack.socket not bound anew after {SACK_WAIT_S:.0f} s; starting the next daemon")
+
+
 def _write_json(path: str, payload: object) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
@@ -116,8 +145,11 @@ def main(config_path: str) -> int:
         created = _mount_all(config)
         _write_json(config["mountpoints"], created)
         for daemon in config["daemons"]:
+            before = _sack(config["chroot"])
             daemons[daemon["name"]] = _spawn(config, daemon)
             _log(f"started {daemon['name']} (namespace pid {daemons[daemon['name']].pid})")
+            if daemon["name"].startswith("slurmd-"):
+                _await_sack(config["chroot"], daemons[daemon["name"]], before)
         _write_json(config["report"], {name: proc.pid for name, proc in daemons.items()})
         by_pid = {proc.pid: name for name, proc in daemons.items()}
         while True:
