@@ -228,7 +228,8 @@ class Zygotes:
 
     def _prepare(self) -> None:
         """The spec directory: root's (the executor's user's) alone; specs an earlier executor
-        left (its zygote exited with it, so no runner will take them) removed."""
+        left (its zygote forks no more once its input ended, so no runner will take them)
+        removed."""
         self._spec_dir.mkdir(mode=0o700, exist_ok=True)
         st = self._spec_dir.lstat()
         if st.st_uid != os.geteuid() or not self._spec_dir.is_dir() or self._spec_dir.is_symlink():
