@@ -29,10 +29,10 @@ under a wrapper but one fork of a warm runner process for that venv (zygote.py),
 the wrapper: the forked runner writes `wrapper.pid`, leads its session and drops to the uid
 after the same integrity check; the zygote (root) waits for it and writes `exit_code`. Until the
 zygote has written it, an ended runner is a zombie of the zygote, which counts as running here
-(`_running`): without that, an attempt observed in between would read "gone without an exit
-code". A record is adopted by `wrapper.pid` when the process's working directory is the
-attempt's or inside it (the runner works in the attempt's workspace). When no zygote can take
-an attempt it starts as above.
+for a record the zygote took (`AttemptRecord.preforked`, `_running`): without that, an attempt
+observed in between would read "gone without an exit code". A record is adopted by
+`wrapper.pid` when the process's working directory is the attempt's or inside it (the runner
+works in the attempt's workspace). When no zygote can take an attempt it starts as above.
 """
 
 from __future__ import annotations
@@ -97,9 +97,10 @@ def _alive(pid: int, ticks: int) -> bool:
 
 
 def _unrecorded_zombie(pid: int, ticks: int) -> bool:
-    """`pid` (started at `ticks`) ended and its parent has not reaped it yet: a pre-forked runner
-    whose zygote writes its exit code before it reaps it (an `sh` wrapper writes its own first,
-    and init reaps an orphan at once)."""
+    """`pid` (started at `ticks`) ended and its parent has not reaped it yet: for a pre-forked
+    runner, its zygote has not written its exit code yet (it writes it before it reaps). Never
+    asked of an `sh` wrapper, which writes its own before it exits: its parent need not reap it
+    soon (a process that is not this executor may have started it)."""
     fields = _proc_stat(pid)
     return fields is not None and fields[0] == "Z" and int(fields[19]) == ticks
 
@@ -278,7 +279,8 @@ class ProcessRuntime(Runtime):
             forked = await self._zygotes.fork(
                 shared[SHARED_PEX_VENV], ZygoteSpec(dirs.root, dirs.log, dirs.workspace, record.job_uid, env)
             )
-            if forked is not None:  # 0: a wrapper has it, its pid comes from wrapper.pid (_adopt)
+            if forked is not None:  # 0: a runner has it, its pid comes from wrapper.pid (_adopt)
+                record.preforked = True
                 record.pid = forked
                 record.pid_start = start_ticks(forked) if forked else 0
                 record.handle = str(forked)
@@ -319,7 +321,7 @@ class ProcessRuntime(Runtime):
             return False
         return (
             _alive(record.pid, record.pid_start)
-            or _unrecorded_zombie(record.pid, record.pid_start)
+            or (record.preforked and _unrecorded_zombie(record.pid, record.pid_start))
             or (
                 # the wrapper is gone but something of its group still runs
                 start_ticks(record.pid) in (0, record.pid_start) and group_alive(record.pid)

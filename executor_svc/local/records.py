@@ -6,7 +6,7 @@
                                      /scratch      FORGE_SCRATCH_DIR (removed by Cleanup)
                                      /attempt.json the record below (kept)
                                      /bootstrap.log stdout+stderr of bootstrap.sh (kept)
-                                     /exit_code    written by the wrapper when the capsule exits (kept)
+                                     /exit_code    written by the wrapper (or the zygote) when the capsule exits (kept)
     <state_dir>/out/<job_id>                       FORGE_OUT_DIR, shared by the attempts of a job
     <state_dir>/blobs                              content-addressed blob cache
 
@@ -82,6 +82,9 @@ class AttemptRecord(JsonRecord):
     image_digest: str = ""
     # Process runtime with local.job_uid_range: the uid (and gid) the attempt runs as; -1: none.
     job_uid: int = -1
+    # Process runtime: forked by a pre-forked runner's zygote, which writes exit_code before it
+    # reaps the ended runner (so an unreaped runner has not ended as far as the record goes).
+    preforked: bool = False
     stop_requested_at: float | None = None
     cleaned_at: float | None = None
     # Docker: the last observation, saved before Cleanup removes the container.
