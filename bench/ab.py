@@ -66,6 +66,11 @@ def base_tree(rev: str) -> pathlib.Path:
     return tree
 
 
+def tree_pythonpath(tree: pathlib.Path) -> str:
+    """PYTHONPATH that runs `tree`'s own code (its modules and generated messages first)."""
+    return os.pathsep.join([str(tree), str(tree / "gen" / "python"), str(tree / "gen" / "pure")])
+
+
 def figure(result: dict[str, Any], key: str) -> float:
     """The figure at `key`, a dotted path (`latency.p99`)."""
     value: Any = result
@@ -77,7 +82,7 @@ def figure(result: dict[str, Any], key: str) -> float:
 def measure(tree: pathlib.Path, module: str, work: pathlib.Path) -> dict[str, Any]:
     """One measurement of our side of `module`'s row, `tree`'s code, in the work folder `work`."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "gen" / "python"), str(tree / "gen" / "pure")])
+    env["PYTHONPATH"] = tree_pythonpath(tree)
     env["STARFORGE_BENCH_WORK"] = str(work)
     proc = subprocess.run(
         [sys.executable, "-c", PROBE.format(module=module)],

@@ -289,6 +289,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def child_pids(pid: int) -> list[int]:
+    """The running children of process `pid`, of every thread of it: /proc lists a child under
+    the thread that forked it only (the executor starts its zygote from a worker thread). Empty
+    when `pid` is gone."""
+    kids: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
 def cpu_seconds_of(pids: Sequence[int]) -> float:
     """User + system CPU seconds of the processes `pids` so far; one that has exited counts 0."""
     total = 0.0

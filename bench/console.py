@@ -32,7 +32,7 @@ from starforge_api.control.v1 import fleet_service_pb2 as fleet
 from starforge_api.control.v1 import fleet_service_pb2_grpc as fleet_grpc
 from starforge_api.job.v1 import job_pb2, job_spec_pb2, workspace_pb2
 
-from bench.common import CONSOLE_CPUS, REPO, log, pinned_command, rss_mib, stop_pid
+from bench.common import CONSOLE_CPUS, REPO, child_pids, log, pinned_command, rss_mib, stop_pid
 from common.channel import aio_channel, bearer
 
 SF = pathlib.Path(sys.executable).parent / "sf"
@@ -72,12 +72,7 @@ class Console:
 
     def pids(self) -> list[int]:
         """The console process and its children (the executor)."""
-        out = [self.proc.pid]
-        with contextlib.suppress(OSError):
-            for task in pathlib.Path(f"/proc/{self.proc.pid}/task").iterdir():  # each thread lists its own
-                with contextlib.suppress(OSError):
-                    out += [int(k) for k in (task / "children").read_text().split()]
-        return out
+        return [self.proc.pid, *child_pids(self.proc.pid)]
 
     def memory(self) -> dict[str, float]:
         control = rss_mib(self.proc.pid)

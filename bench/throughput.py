@@ -49,6 +49,7 @@ from bench.common import (
     QUICK,
     WORK,
     Result,
+    child_pids,
     cores_busy,
     env_int,
     fresh_dir,
@@ -90,7 +91,7 @@ SLURM_FAILED = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF
 
 def cpu_seconds(pid: int, children: bool = False) -> float:
     """User + system CPU seconds of `pid`; with `children`, also of the children it waited for
-    and of those still running with theirs (the executor's pre-forked runner, whose wrappers it
+    and of those still running with theirs (the executor's pre-forked runner, whose runners it
     waits for itself)."""
     with contextlib.suppress(OSError, IndexError, ValueError):
         f = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -98,14 +99,8 @@ def cpu_seconds(pid: int, children: bool = False) -> float:
         own = ticks / os.sysconf("SC_CLK_TCK")
         if not children:
             return own
-        kids: list[str] = []
-        with contextlib.suppress(OSError):  # gone meanwhile: its own figure still counts
-            # every thread's: a child started from a worker thread (the executor's zygote) is
-            # listed under that thread only
-            for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    kids += (task / "children").read_text().split()
-        return own + sum(cpu_seconds(int(k), children=True) for k in kids)
+        # gone meanwhile: no children, its own figure still counts
+        return own + sum(cpu_seconds(k, children=True) for k in child_pids(pid))
     return 0.0
 
 

@@ -45,7 +45,7 @@ def _capsule(tree: pathlib.Path) -> pathlib.Path:
     """`tree`'s built capsule, built with that tree's own code when it is missing."""
     out = tree / "build" / "capsule"
     if not (out / "manifest.json").exists():
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(tree / p) for p in ("", "gen/python", "gen/pure")))
+        env = dict(os.environ, PYTHONPATH=ab.tree_pythonpath(tree))
         subprocess.run([sys.executable, "-m", "capsule.build", "--out", str(out)], cwd=tree, env=env, check=True)
     return out
 
