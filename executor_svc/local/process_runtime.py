@@ -91,20 +91,6 @@ def start_ticks(pid: int) -> int:
     return int(fields[19]) if fields else 0
 
 
-def _alive(pid: int, ticks: int) -> bool:
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == ticks
-
-
-def _unrecorded_zombie(pid: int, ticks: int) -> bool:
-    """`pid` (started at `ticks`) ended and its parent has not reaped it yet: for a pre-forked
-    runner, its zygote has not written its exit code yet (it writes it before it reaps). Never
-    asked of an `sh` wrapper, which writes its own before it exits: its parent need not reap it
-    soon (a process that is not this executor may have started it)."""
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] == "Z" and int(fields[19]) == ticks
-
-
 def _cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
@@ -319,14 +305,17 @@ class ProcessRuntime(Runtime):
         self._adopt(record)
         if record.pid <= 0:
             return False
-        return (
-            _alive(record.pid, record.pid_start)
-            or (record.preforked and _unrecorded_zombie(record.pid, record.pid_start))
-            or (
-                # the wrapper is gone but something of its group still runs
-                start_ticks(record.pid) in (0, record.pid_start) and group_alive(record.pid)
-            )
-        )
+        fields = _proc_stat(record.pid)  # read once: state, and start time against a reused pid
+        ticks = int(fields[19]) if fields is not None else 0
+        state = fields[0] if fields is not None and ticks == record.pid_start else None
+        if state is not None and state not in ("Z", "X"):
+            return True
+        if state == "Z" and record.preforked:
+            # ended, and its zygote has not reaped it: it writes the exit code first (an `sh`
+            # wrapper writes its own before it exits, and its parent need not reap it soon)
+            return True
+        # the wrapper is gone but something of its group still runs
+        return ticks in (0, record.pid_start) and group_alive(record.pid)
 
     async def inspect(self, record: AttemptRecord) -> RuntimeState:
         code, ended = self._exit_code(record)
