@@ -47,8 +47,9 @@ print("AB-RESULT " + json.dumps(measure_ours()))
 """
 
 
-def base_tree(rev: str) -> pathlib.Path:
-    """A checkout of `rev` (made once, reused)."""
+def base_tree(rev: str, prog: str = "python -m bench.ab") -> pathlib.Path:
+    """A checkout of `rev` (made once, reused); a `rev` that names no commit ends the command
+    `prog` with one message."""
     found = subprocess.run(
         ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         cwd=REPO,
@@ -57,7 +58,7 @@ def base_tree(rev: str) -> pathlib.Path:
         check=False,
     )
     if found.returncode != 0:
-        raise SystemExit(f"python -m bench.ab: --base {rev!r} names no commit of this repository")
+        raise SystemExit(f"{prog}: --base {rev!r} names no commit of this repository")
     sha = found.stdout.strip()
     tree = WORK / sha[:12]
     if not (tree / "bench").is_dir():
@@ -101,16 +102,21 @@ def measure(tree: pathlib.Path, module: str, work: pathlib.Path) -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n\n")[0])
-    parser.add_argument("rows", nargs="*", default=list(ROWS), choices=list(ROWS))
+    # rows are checked below, not with `choices`: argparse checks a `*` positional that got no
+    # value against its choices as one value, so `--base REV` alone was refused
+    parser.add_argument("rows", nargs="*", help=f"rows to measure: {', '.join(ROWS)} (default: all)")
     parser.add_argument("--base", required=True, help="the earlier revision (a commit, tag or branch)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per row (default 3)")
     args = parser.parse_args(argv)
+    for row in args.rows:
+        if row not in ROWS:
+            parser.error(f"argument rows: invalid choice: {row!r} (choose from {', '.join(map(repr, ROWS))})")
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1 (got {args.rounds})")
     base = base_tree(args.base)
     shutil.rmtree(WORK / "work", ignore_errors=True)  # an earlier run's, if it was interrupted
     try:
-        return 1 if _rounds(args.rows, args.rounds, args.base, base) else 0
+        return 1 if _rounds(args.rows or list(ROWS), args.rounds, args.base, base) else 0
     finally:
         shutil.rmtree(WORK / "work", ignore_errors=True)
 

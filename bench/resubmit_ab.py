@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resubmits", type=int, default=3, help="re-submits per side and round (default 3)")
     parser.add_argument("--profile", default="", help="cProfile the last re-submit of this tree into this file")
     args = parser.parse_args(argv)
-    sides = [("this", REPO)] + ([("base", base_tree(args.base))] if args.base else [])
+    sides = [("this", REPO)] + ([("base", base_tree(args.base, parser.prog))] if args.base else [])
     totals: dict[str, dict[str, list[float]]] = {s: {"wall": [], "client": [], "console": []} for s, _ in sides}
     for n in range(args.rounds):
         order = sides if n % 2 else list(reversed(sides))

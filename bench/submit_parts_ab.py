@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", required=True, help="the earlier revision (a commit, tag or branch)")
     parser.add_argument("--runs", type=int, default=30, help="runs per side and part (default 30)")
     args = parser.parse_args(argv)
-    base = base_tree(args.base)
+    base = base_tree(args.base, parser.prog)
     lab = ensure_data()
     if not (lab / ".git").is_dir():
         raise SystemExit(f"{lab} is not a committed lab yet: run `python -m bench.resubmit_ab` once")

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.blocks < 1 or args.size < 1:
         parser.error("--blocks and --size must be at least 1")
-    out = asyncio.run(_measure({"this": REPO, "base": ab.base_tree(args.base)}, args.blocks, args.size))
+    out = asyncio.run(_measure({"this": REPO, "base": ab.base_tree(args.base, parser.prog)}, args.blocks, args.size))
     for side, blocks in out.items():
         print(
             f"{side}: CPU per attempt by block of {args.size}: {', '.join(f'{b * 1000:.1f}' for b in blocks)} ms; "

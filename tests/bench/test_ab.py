@@ -41,6 +41,26 @@ def test_a_base_that_names_no_commit_is_one_message_and_no_worktree() -> None:
     assert (sorted(ab.WORK.iterdir()) if ab.WORK.is_dir() else []) == before
 
 
+def test_no_rows_means_every_row_and_an_unknown_row_is_refused_first() -> None:
+    # no row named: the command gets as far as the base (argparse once refused it outright)
+    r = _ab("--base", "no-such-revision-of-starforge")
+    assert r.returncode == 1
+    assert "names no commit of this repository" in r.stderr
+    before = sorted(ab.WORK.iterdir()) if ab.WORK.is_dir() else []
+    r = _ab("--base", "HEAD", "ingest", "no-such-row")
+    assert r.returncode == 2
+    assert "argument rows: invalid choice: 'no-such-row'" in r.stderr
+    assert (sorted(ab.WORK.iterdir()) if ab.WORK.is_dir() else []) == before
+
+
+def test_another_command_names_itself_when_its_base_names_no_commit() -> None:
+    with pytest.raises(SystemExit) as exc:
+        ab.base_tree("no-such-revision-of-starforge", "python -m bench.zygote_ab")
+    assert str(exc.value) == (
+        "python -m bench.zygote_ab: --base 'no-such-revision-of-starforge' names no commit of this repository"
+    )
+
+
 def test_rounds_below_one_are_refused_before_anything_is_checked_out() -> None:
     r = _ab("--base", "HEAD", "--rounds", "0", "ingest")
     assert r.returncode == 2
