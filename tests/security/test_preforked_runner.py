@@ -77,6 +77,10 @@ result = {
     "read runner environ": attempt(lambda: read(f"/proc/{runner}/environ")),
     "read runner memory": attempt(lambda: read(f"/proc/{runner}/mem")),
     "read zygote memory": attempt(lambda: read(f"/proc/{zygote}/mem")),
+    # the zygote holds a descriptor of every running attempt's directory: reopening one through
+    # /proc would reach another tenant's attempt
+    "list zygote descriptors": attempt(lambda: os.listdir(f"/proc/{zygote}/fd")),
+    "open zygote descriptor": attempt(lambda: os.open(f"/proc/{zygote}/fd/3", os.O_RDONLY)),
     "signal zygote": attempt(lambda: os.kill(zygote, signal.SIGSTOP)),
     "kill zygote": attempt(lambda: os.kill(zygote, signal.SIGKILL)),
 }
@@ -132,6 +136,8 @@ async def test_a_runner_forked_for_bob_holds_nothing_of_alices_job() -> None:
                 "read runner environ",
                 "read runner memory",
                 "read zygote memory",
+                "list zygote descriptors",
+                "open zygote descriptor",
                 "write exit code",
                 "write exit code temp",
             )
