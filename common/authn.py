@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from starforge_api.control.v1 import error_reason_pb2
 
 from common import errors
@@ -44,6 +45,13 @@ class Oversize:
     limit: int
 
 
+@dataclass(frozen=True)
+class Unparsable:
+    """What the checking deserializer returns for bytes that are not a message of the method's
+    request type: the handler refuses it with INVALID_ARGUMENT (not an internal error, which
+    would log a traceback for each such message a caller sends)."""
+
+
 def static_token(expected: Callable[[], str], what: str) -> Resolve:
     """A resolver that accepts exactly the token `expected()` (read per call: rotated files work)."""
 
@@ -56,22 +64,33 @@ def static_token(expected: Callable[[], str], what: str) -> Resolve:
     return resolve
 
 
-def _checked(deserializer: Callable[[bytes], Any] | None, limit: int) -> Callable[[bytes], Any]:
+def checked(deserializer: Callable[[bytes], Any] | None, limit: int) -> Callable[[bytes], Any]:
+    """`deserializer` that never raises: an `Oversize` for a message over `limit` bytes (not
+    parsed), an `Unparsable` for one that does not parse; `refuse_unreadable` refuses either."""
+
     def parse(data: bytes) -> Any:
         if len(data) > limit:
             return Oversize(len(data), limit)
-        return deserializer(data) if deserializer is not None else data
+        if deserializer is None:
+            return data
+        try:
+            return deserializer(data)
+        except DecodeError:
+            return Unparsable()
 
     return parse
 
 
-def _refuse_oversize(request: Any, method: str) -> None:
+def refuse_unreadable(request: Any, method: str) -> None:
+    """Raise the caller's error for what `checked` could not give as a message."""
+    name = method.rsplit("/", 1)[-1]
     if isinstance(request, Oversize):
         raise errors.ResourceExhausted(
-            f"the {method.rsplit('/', 1)[-1]} message is {request.size} bytes; this server accepts at most "
-            f"{request.limit} bytes for it",
+            f"the {name} message is {request.size} bytes; this server accepts at most {request.limit} bytes for it",
             reason=error_reason_pb2.ERROR_REASON_MESSAGE_TOO_LARGE,
         )
+    if isinstance(request, Unparsable):
+        raise errors.InvalidArgument(f"the {name} message does not parse as its request type")
 
 
 def _refusal(error: errors.StarforgeError) -> Any:
@@ -139,7 +158,7 @@ class AuthnInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
         def unary(behavior: Handler) -> Handler:
             async def wrapper(request: Any, context: Any) -> Any:
-                _refuse_oversize(request, method)
+                refuse_unreadable(request, method)
                 if bind is not None:
                     bind(identity)
                 return await behavior(request, context)
@@ -148,7 +167,7 @@ class AuthnInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
         def stream(behavior: Handler) -> Handler:
             async def wrapper(request: Any, context: Any) -> AsyncIterator[Any]:
-                _refuse_oversize(request, method)
+                refuse_unreadable(request, method)
                 if bind is not None:
                     bind(identity)
                 async for item in behavior(request, context):
@@ -159,13 +178,13 @@ class AuthnInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         def requests(behavior: Handler, out: Callable[[Handler], Handler]) -> Handler:
             async def checked(request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
                 async for request in request_iterator:
-                    _refuse_oversize(request, method)
+                    refuse_unreadable(request, method)
                     yield request
 
             return out(lambda request_iterator, context: behavior(checked(request_iterator), context))
 
         kw = {
-            "request_deserializer": _checked(handler.request_deserializer, self.limit(method)),
+            "request_deserializer": checked(handler.request_deserializer, self.limit(method)),
             "response_serializer": handler.response_serializer,
         }
         if handler.unary_unary:

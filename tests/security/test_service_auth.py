@@ -174,3 +174,45 @@ async def test_a_56mb_unauthenticated_body_is_never_parsed(
             await submit(UNDER_LIMIT)(ch, mallory)
         grown = peak_rss_kib(control.proc.pid) - before
         assert grown > MAX_GROWTH_KIB, f"a parsed 30 MB body grew the peak by {grown} KiB only"
+
+
+async def test_bytes_that_do_not_parse_are_invalid_argument_and_log_nothing(
+    control_process: tuple[ControlProcess, ExecutorProcess],
+) -> None:
+    """A caller's garbage is its own error: INVALID_ARGUMENT, not an internal error that writes a
+    traceback to the server's log for every message an attacker sends."""
+    control, executor = control_process
+    garbage = b"\xff\xff\xff\xff"
+
+    async def send(address: str, method: str, md: Metadata, *, streaming: bool = False) -> grpc.aio.AioRpcError:
+        async with aio_channel(address) as ch:
+            if streaming:
+
+                async def one() -> AsyncIterator[bytes]:
+                    yield garbage
+
+                call = ch.stream_stream(method, lambda b: b, lambda b: b)(one(), metadata=md, timeout=30)
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                return err.value
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await ch.unary_unary(method, lambda b: b, lambda b: b)(garbage, metadata=md, timeout=30)
+            return err.value
+
+    async with aio_channel(control.address) as ch:
+        mallory = bearer(await create_user(ch, control.token, "mallory2"))
+    logged = (control.log.stat().st_size, executor.log.stat().st_size)
+    for address, method, md, streaming in (
+        (control.address, "/starforge.control.v1.ControlService/GetJob", mallory, False),
+        (control.address, "/starforge.control.v1.ControlService/SubmitJob", mallory, False),
+        (control.address, "/starforge.control.v1.BlobService/UploadBlobs", mallory, True),
+        (executor.address, "/starforge.executor.v1.ExecutorService/Launch", bearer(EXECUTOR_TOKEN), False),
+    ):
+        err = await send(address, method, md, streaming=streaming)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, err)
+        assert "does not parse" in (err.details() or ""), (method, err)
+    for path, before in zip((control.log, executor.log), logged, strict=True):
+        with path.open("rb") as f:
+            f.seek(before)
+            added = f.read().decode(errors="replace")
+        assert "unexpected error" not in added and "Traceback" not in added, added[-2000:]
