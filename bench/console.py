@@ -56,6 +56,7 @@ class Console:
     token: str
     user: str
     ui: str = ""  # the web console's URL (envoy), when it serves one
+    ingest_address: str = ""  # where runs report (the ingest port, when it has one)
 
     @property
     def md(self) -> tuple[tuple[str, str], ...]:
@@ -117,7 +118,10 @@ def start_console(
     token = pathlib.Path(info["token_file"]).read_text().strip()
     where = f", CPUs {CONSOLE_CPUS}" if CONSOLE_CPUS else ""
     log(f"console pid {proc.pid} at {info['address']} ({database_url or 'sqlite'}{where})")
-    return Console(proc, state_dir, info["address"], token, info["user"], info.get("ui") or "")
+    return Console(
+        proc, state_dir, info["address"], token, info["user"], info.get("ui") or "",
+        info.get("ingest_address") or info["address"],
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

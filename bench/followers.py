@@ -5,8 +5,9 @@ Ours: the real embedded console (its own process, SQLite ledger). 100 jobs are R
 ledger as dispatch leaves them (job row, RUNNING attempt, run token scoped to the attempt), on a
 fleet this console does not serve, so the reconciler leaves them alone: their lines come only
 through the real ingest path. One reporter process holds the 100 `IngestService.Report` streams,
-as the capsule's sender does, and every INTERVAL_S sends each run one log record of one line,
-`tick <i> <time.time()>`. Two follower processes hold 5,000 `StreamJobLogs(follow=True,
+as the capsule's sender does, on the console's ingest port (`ingest_listen`, as a console that
+serves many followers is configured; docs/configuration.md), and every INTERVAL_S sends each run
+one log record of one line, `tick <i> <time.time()>`. Two follower processes hold 5,000 `StreamJobLogs(follow=True,
 tail_lines=1)` streams each (what `sf job logs -f` and the web console open), 100 per channel,
 spread evenly over the runs (100 followers per run). Each line received is stamped on arrival;
 latency is arrival minus the time printed in it (same clock, same machine), for lines printed in
@@ -232,11 +233,14 @@ def measure_ours() -> dict[str, Any]:
     state = work / "console"
     state.mkdir()
     runs = make_running(state, "root", RUNS)
-    with running_console(state) as console:
+    # the runs report on the ingest port (control/ingest_port.py), as a console serving many
+    # followers is deployed (docs/configuration.md, `ingest_listen`)
+    with running_console(state, extra_yaml="ingest_listen: 127.0.0.1:0\n") as console:
         ctx = multiprocessing.get_context("spawn")
         queue = ctx.Queue()
         stop_at = time.time() + 3600
-        reporter = ctx.Process(target=_reporter, args=(console.address, runs, stop_at, queue))
+        log(f"runs report to {console.ingest_address}")
+        reporter = ctx.Process(target=_reporter, args=(console.ingest_address, runs, stop_at, queue))
         reporter.start()
         try:
             job_ids = [runs[i % RUNS][0] for i in range(FOLLOWERS)]

@@ -55,6 +55,7 @@ from control.events import Notifier
 from control.executors import ExecutorPool
 from control.http_limits import HttpLimits
 from control.http_ops import OpsServer
+from control.ingest_port import bind_ingest_server, serve_ingest
 from control.scheduler.dispatch import Scheduler
 from control.scheduler.reconcile import Reconciler
 from control.services.account_service import AccountServicer
@@ -83,6 +84,8 @@ class ControlApp:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     ops: OpsServer | None = None
     envoy: Envoy | None = None
+    # IngestService's own port (`ingest_listen`), a thread-pool server
+    ingest_server: grpc.Server | None = None
 
     @property
     def ui_url(self) -> str:
@@ -97,7 +100,10 @@ class ControlApp:
     async def stop(self, grace: float = 2.0) -> None:
         self.stop_event.set()
         self.ctx.notifier.notify("schedule", "reconcile")
+        ingest_stopped = self.ingest_server.stop(grace) if self.ingest_server is not None else None
         await self.server.stop(grace)
+        if ingest_stopped is not None:  # its calls end on this loop: wait while it still runs
+            await asyncio.to_thread(ingest_stopped.wait, grace + 5.0)
         if self.envoy is not None:
             await asyncio.to_thread(self.envoy.close)
         if self.ops is not None:
@@ -261,12 +267,19 @@ def _http_url(cfg: ControlConfig, ops: OpsServer | None) -> str:
     return f"{'https' if cfg.tls.serving else 'http'}://{host}:{ops.port}"
 
 
+def _ingest_address(cfg: ControlConfig, port: int) -> str:
+    """The gRPC address runs report to when the ingest port is served ("" without one)."""
+    if not cfg.ingest_listen:
+        return ""
+    return cfg.public_ingest_address or f"{_loopback_if_wildcard(cfg.ingest_listen.rsplit(':', 1)[0])}:{port}"
+
+
 def _grpc_address(cfg: ControlConfig, port: int) -> str:
     """The gRPC address jobs and executors dial."""
     return cfg.public_address or f"{_loopback_if_wildcard(cfg.listen.rsplit(':', 1)[0])}:{port}"
 
 
-def _services(ctx: Context, blob_access: BlobAccess) -> list[Service]:
+def _services(ctx: Context, blob_access: BlobAccess, ingest: IngestServicer) -> list[Service]:
     """Every gRPC service of the control plane (adapters over ctx)."""
     return [
         service(
@@ -275,7 +288,7 @@ def _services(ctx: Context, blob_access: BlobAccess) -> list[Service]:
             control_service_pb2.DESCRIPTOR.services_by_name["ControlService"],
         ),
         service(
-            IngestServicer(ctx),
+            ingest,
             ingest_service_pb2_grpc.add_IngestServiceServicer_to_server,
             ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"],
         ),
@@ -341,7 +354,9 @@ async def _load_parts(cfg: ControlConfig) -> _Parts:
     return _Parts(db, keyring, store, catalog, assets, auth.TokenVerifier(db))
 
 
-def _build_context(cfg: ControlConfig, parts: _Parts, public_address: str, public_http_url: str) -> Context:
+def _build_context(
+    cfg: ControlConfig, parts: _Parts, public_address: str, public_http_url: str, public_ingest_address: str = ""
+) -> Context:
     """The shared Context, complete: built once, never assigned to afterwards."""
     return Context(
         cfg=cfg,
@@ -355,6 +370,7 @@ def _build_context(cfg: ControlConfig, parts: _Parts, public_address: str, publi
         replica_id=secrets.token_hex(6),
         public_address=public_address,
         public_http_url=public_http_url,
+        public_ingest_address=public_ingest_address or public_address,
         keyring=parts.keyring,
         masks=secret_store.MaskCache(parts.keyring),
         ca_pem=job_ca_pem(cfg.tls),
@@ -395,14 +411,26 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         interceptors=[auth.interceptor(parts.verifier), StreamLimitInterceptor(StreamLimiter(cfg.streams_per_user))],
         credentials=server_credentials(cfg.tls),
     )
+    ingest_server, ingest_port = (
+        bind_ingest_server(
+            cfg.ingest_listen, max_streams=cfg.ingest_max_streams, credentials=server_credentials(cfg.tls)
+        )
+        if cfg.ingest_listen
+        else (None, 0)
+    )
     ops = _start_ops(cfg, parts.store, parts.verifier, blob_access)
-    ctx = _build_context(cfg, parts, _grpc_address(cfg, port), _http_url(cfg, ops))
-    await add_services(server, _services(ctx, blob_access))
+    ctx = _build_context(cfg, parts, _grpc_address(cfg, port), _http_url(cfg, ops), _ingest_address(cfg, ingest_port))
+    ingest = IngestServicer(ctx)
+    await add_services(server, _services(ctx, blob_access, ingest))
     metrics.install(parts.db)
     await server.start()
+    if ingest_server is not None:
+        serve_ingest(ingest_server, ingest, asyncio.get_running_loop(), auth.resolver(parts.verifier))
     front = await _start_envoy(cfg, port, ops)
     scheduler = Scheduler(ctx)
-    app = ControlApp(ctx, server, port, scheduler, Reconciler(ctx, scheduler), ops=ops, envoy=front)
+    app = ControlApp(
+        ctx, server, port, scheduler, Reconciler(ctx, scheduler), ops=ops, envoy=front, ingest_server=ingest_server
+    )
     await _run(app)
     log.info("control plane serving on %s (replica %s)", ctx.public_address, ctx.replica_id)
     return app

@@ -341,17 +341,27 @@ def check_kind(principal: Principal, method: str, kinds: frozenset[str]) -> Prin
     return principal
 
 
-def interceptor(verifier: TokenVerifier) -> authn.AuthnInterceptor:
-    """The control plane's interceptor: the shared one, resolving tokens from the database."""
+def bind(principal: Principal) -> None:
+    """Make `principal` the caller of the code that runs in this context (`current`)."""
+    _current.set(principal)
+
+
+def resolver(verifier: TokenVerifier) -> authn.Resolve:
+    """(method, token) -> the caller, if its token may call `method` (POLICY); raises otherwise."""
 
     async def resolve(method: str, token: str | None) -> Principal:
         kinds = _allowed(method)
         assert kinds is not None  # only protected methods are resolved
         return check_kind(await verifier.verify(token), method, kinds)
 
+    return resolve
+
+
+def interceptor(verifier: TokenVerifier) -> authn.AuthnInterceptor:
+    """The control plane's interceptor: the shared one, resolving tokens from the database."""
     return authn.AuthnInterceptor(
-        resolve,
+        resolver(verifier),
         protects=lambda method: _allowed(method) is not None,
-        bind=_current.set,
+        bind=bind,
         limits=RECEIVE_LIMITS,
     )

@@ -108,6 +108,13 @@ class ControlConfig:
     listen: str = "127.0.0.1:7070"
     # Address jobs use to reach ingest and blobs; empty means `listen` (fine on one machine).
     public_address: str = ""
+    # IngestService (runs' telemetry) on a port of its own, served by gRPC's thread-pool server
+    # (control/ingest_port.py); empty: on `listen` with every other service.
+    ingest_listen: str = ""
+    # Address runs report to when `ingest_listen` is set; empty means `ingest_listen`.
+    public_ingest_address: str = ""
+    # Report streams the ingest port serves at once (two threads each); beyond: RESOURCE_EXHAUSTED.
+    ingest_max_streams: int = 1000
     # Let agent/kuberay/slurm fleets be told a loopback public_address (tests on one host only).
     allow_loopback_public_address: bool = False
     state_dir: pathlib.Path = pathlib.Path("~/.local/share/starforge/console")
@@ -286,6 +293,8 @@ class ControlConfig:
         if not remote or self.allow_loopback_public_address:
             return
         told = {"public_address": self.public_address or self.listen}
+        if self.ingest_listen:
+            told["public_ingest_address"] = self.public_ingest_address or self.ingest_listen
         if any(f.kind == "kuberay" for f in self.fleets) and (self.public_http_url or self.http_listen):
             told["public_http_url"] = self.public_http_url or f"http://{self.http_listen}"
         for key, address in told.items():
@@ -314,6 +323,8 @@ class ControlConfig:
             check_listen(self.http_listen, self.tls, "http_listen")
         if self.ui_listen:
             check_listen(self.ui_listen, self.tls, "ui_listen")
+        if self.ingest_listen:
+            check_listen(self.ingest_listen, self.tls, "ingest_listen")
         for f in self.fleets:
             check_dial(f.address, self.tls, f"fleets.{f.name}.address")
 
@@ -331,6 +342,7 @@ POSITIVE_LIMITS = (
     "http_header_timeout_seconds",
     "http_idle_timeout_seconds",
     "http_max_header_bytes",
+    "ingest_max_streams",
 )
 
 

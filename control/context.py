@@ -48,6 +48,8 @@ class Context:
     replica_id: str
     # The gRPC address jobs and executors reach this control plane at.
     public_address: str
+    # The gRPC address runs report their telemetry to: public_address, or the ingest port's.
+    public_ingest_address: str = ""
     # Base URL of the HTTP port (blobs for pods); empty when disabled.
     public_http_url: str = ""
     # The secrets key (no key: secrets disabled) and the per-attempt log maskers built from it.

@@ -302,6 +302,7 @@ async def _serve(cfg: ControlConfig, ready_file: pathlib.Path | None) -> None:
             json.dumps(
                 {
                     "address": app.address,
+                    "ingest_address": app.ctx.public_ingest_address,
                     "user": cfg.bootstrap_admin,
                     "token_file": str(cfg.resolved_state_dir / "admin-token"),
                     "ui": app.ui_url,

@@ -272,6 +272,7 @@ class Scheduler:
             self.ctx.store,
             public_address=self.ctx.public_address,
             public_http_url=self.ctx.public_http_url,
+            public_ingest_address=self.ctx.public_ingest_address,
             ca_pem=self.ctx.ca_pem,
             stop_grace_seconds=self.ctx.cfg.stop_grace_seconds,
             datasets=datasets.resolved(s, spec),

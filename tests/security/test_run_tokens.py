@@ -154,9 +154,14 @@ async def test_b_training_code_cannot_read_the_run_token_docker_runtime(
         _assert_nothing_stolen(await _steal(c, image=python_image))
 
 
-async def test_c_a_token_cannot_touch_another_jobs_attempt() -> None:
+# where the runs report: with every other service on `listen`, or on the ingest port of their own
+PORTS = pytest.mark.parametrize("ingest_listen", ["", "127.0.0.1:0"], ids=["listen", "ingest-port"])
+
+
+@PORTS
+async def test_c_a_token_cannot_touch_another_jobs_attempt(ingest_listen: str) -> None:
     with unprivileged_root() as root:
-        async with token_console(root) as c:
+        async with token_console(root, ingest_listen=ingest_listen) as c:
             mine = await c.submit_custom(WAIT_FOR_GO, extra_files={"experiments/exp/mine.txt": b"mine\n"})
             theirs = await c.submit_custom(WAIT_FOR_GO, extra_files={"experiments/exp/theirs.txt": b"theirs\n"})
             mine_running = await c.wait(mine.job_id, st.JOB_STATE_RUNNING, timeout=90)
@@ -191,9 +196,10 @@ async def test_c_a_token_cannot_touch_another_jobs_attempt() -> None:
                 assert done.attempts[0].exit_code == 0
 
 
-async def test_d_an_ended_attempts_token_changes_nothing() -> None:
+@PORTS
+async def test_d_an_ended_attempts_token_changes_nothing(ingest_listen: str) -> None:
     with unprivileged_root() as root:
-        async with token_console(root) as c:
+        async with token_console(root, ingest_listen=ingest_listen) as c:
             job = await c.submit_custom(WAIT_FOR_GO)
             running = await c.wait(job.job_id, st.JOB_STATE_RUNNING, timeout=90)
             attempt = running.attempts[0].attempt_id

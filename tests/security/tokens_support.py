@@ -275,19 +275,20 @@ def log_line(seq: int, text: str) -> ing.Record:
 
 
 async def report(c: Console, token: str, attempt_id: str, records: Sequence[ing.Record]) -> list[int]:
-    """Send one batch over IngestService.Report as a capsule would; the acked seqs.
+    """Send one batch over IngestService.Report as a capsule would, to the address attempts are
+    told (the ingest port when the console has one); the acked seqs.
     Raises grpc.aio.AioRpcError when the console refuses."""
 
     async def batches() -> AsyncIterator[ing.ReportRequest]:
         yield ing.ReportRequest(attempt_id=attempt_id, records=list(records))
 
-    async with aio_channel(c.address) as channel:
+    async with aio_channel(c.app.ctx.public_ingest_address) as channel:
         call = ing_grpc.IngestServiceStub(channel).Report(batches(), metadata=bearer(token))
         return [r.acked_seq async for r in call]
 
 
 async def cursor(c: Console, token: str, attempt_id: str) -> int:
-    async with aio_channel(c.address) as channel:
+    async with aio_channel(c.app.ctx.public_ingest_address) as channel:
         r = await ing_grpc.IngestServiceStub(channel).GetCursor(
             ing.GetCursorRequest(attempt_id=attempt_id), metadata=bearer(token)
         )
