@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_state_pb2 as st
 
@@ -31,9 +32,13 @@ PY
 """
 
 
-async def test_console_restart_loses_and_duplicates_nothing(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("ingest_port", [False, True], ids=["listen", "ingest-port"])
+async def test_console_restart_loses_and_duplicates_nothing(tmp_path: pathlib.Path, ingest_port: bool) -> None:
+    """With `ingest_port` the capsule reports on the console's ingest port (`ingest_listen`), whose
+    open streams the stop breaks and which comes back on the same address."""
     listen = f"127.0.0.1:{free_port()}"
-    async with console(tmp_path, listen=listen) as c:
+    ingest_listen = f"127.0.0.1:{free_port()}" if ingest_port else ""
+    async with console(tmp_path, listen=listen, ingest_listen=ingest_listen) as c:
         job = await c.submit_custom(TRAIN)
         await c.wait(job.job_id, st.JOB_STATE_RUNNING, timeout=30)
         env = dict(
@@ -62,6 +67,8 @@ async def test_console_restart_loses_and_duplicates_nothing(tmp_path: pathlib.Pa
 
         done = await c.wait(job.job_id, st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED, timeout=120)
         assert done.state == st.JOB_STATE_SUCCEEDED
+        if ingest_port:
+            assert c.app.ctx.public_ingest_address == ingest_listen != c.address
         out, err = await asyncio.to_thread(follower.communicate, timeout=60)
         assert follower.returncode == 0, err
 
