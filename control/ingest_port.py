@@ -34,7 +34,7 @@ from common import authn, errors
 from common.channel import token_from_metadata
 from common.rpc_status import internal_error, to_grpc_status
 from common.server import DEFAULT_RECEIVE_BYTES
-from control import auth
+from control import auth, metrics
 from control.services.ingest_service import IngestServicer
 
 SERVICE = "starforge.ingest.v1.IngestService"
@@ -103,7 +103,7 @@ class ThreadedIngest:
             return response
 
     def report(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[pb.ReportResponse]:
-        with _mapped(context):
+        with _mapped(context), metrics.INGEST_PORT_STREAMS.track_inprogress():
             principal = self._principal(REPORT, context)
             stream = _BridgedStream(self, principal)
             context.add_callback(stream.cancel)

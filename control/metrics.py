@@ -14,7 +14,7 @@ import time
 from collections import Counter as Tally
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.registry import Collector
@@ -52,6 +52,11 @@ INGEST_RECORDS = Counter(
 INGEST_LOG_DROPPED_BYTES = Counter(
     "starforge_ingest_log_dropped_bytes_total",
     "Log bytes not stored because a job's log reached its quota (log_quota_bytes_per_job)",
+    registry=REGISTRY,
+)
+INGEST_PORT_STREAMS = Gauge(
+    "starforge_ingest_port_streams",
+    "Report streams open on the ingest port (ingest_listen); one more than ingest_max_streams is refused",
     registry=REGISTRY,
 )
 HTTP_CONNECTIONS_REFUSED = Counter(

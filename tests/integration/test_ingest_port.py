@@ -31,6 +31,7 @@ from starforge_api.job.v1 import telemetry_pb2
 from common.channel import aio_channel, bearer
 from common.config import ConfigError
 from common.rpc_status import from_rpc_error
+from control import metrics
 from control.config import ControlConfig, FleetConfig
 from control.db import models as m
 from tests.integration.console import Console, console
@@ -222,6 +223,7 @@ async def test_streams_beyond_the_limit_are_refused_and_a_left_stream_ends(tmp_p
             for call in calls:
                 assert (await call.read()).acked_seq == 1
             assert reading_threads() == 2 and bridged_streams() == 2
+            assert metrics.INGEST_PORT_STREAMS._value.get() == 2  # what /metrics shows
             extra = stub.Report(nothing_yet(), metadata=bearer(runs[2].token))
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await extra.read()
@@ -229,6 +231,7 @@ async def test_streams_beyond_the_limit_are_refused_and_a_left_stream_ends(tmp_p
             calls[0].cancel()  # the client leaves: its thread and its watch end on the console
             await until(lambda: reading_threads() == 1, timeout=15)
             await until(lambda: bridged_streams() == 1, timeout=15)
+            await until(lambda: metrics.INGEST_PORT_STREAMS._value.get() == 1, timeout=15)
             again = stub.Report(requests(runs[2]), metadata=bearer(runs[2].token))
             assert (await again.read()).acked_seq == 1
             release.set()
