@@ -89,6 +89,7 @@ class Stack:
     tap: Tap
     forgelet: ForgeletProcess
     pki: Pki
+    ingest_tap: Tap | None = None  # in front of the ingest port, when the console has one
 
     def sf(self, *args: str, cwd: pathlib.Path | None = None, **client: Any) -> subprocess.CompletedProcess[str]:
         return sf(self.console.root, *args, cwd=cwd, **client)
@@ -139,11 +140,14 @@ def executor_config(root: pathlib.Path, pki: Pki, control: str, *, mutual: bool)
 
 
 @contextlib.asynccontextmanager
-async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool) -> AsyncIterator[Stack]:
-    """Control plane, agent executor process and one forgelet process, all on TLS (module docstring)."""
+async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool, ingest_port: bool = False) -> AsyncIterator[Stack]:
+    """Control plane, agent executor process and one forgelet process, all on TLS (module docstring).
+    `ingest_port`: runs report on the console's ingest port (`ingest_listen`), behind a tap of its own."""
     root.mkdir(parents=True, exist_ok=True)
     control = f"127.0.0.1:{free_port()}"
     tap = Tap(("127.0.0.1", int(control.rsplit(":", 1)[1])))
+    ingest = f"127.0.0.1:{free_port()}" if ingest_port else ""
+    ingest_tap = Tap(("127.0.0.1", int(ingest.rsplit(":", 1)[1]))) if ingest else None
     proc, executor_address = start_executor_process(
         root, executor_config(root, pki, control, mutual=mutual), kind="agent"
     )
@@ -171,7 +175,12 @@ async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool) -> AsyncItera
             )
         ],
     )
-    cfg = dataclasses.replace(cfg, tls=TlsConfig(**control_tls))
+    cfg = dataclasses.replace(
+        cfg,
+        tls=TlsConfig(**control_tls),
+        ingest_listen=ingest,
+        public_ingest_address=ingest_tap.address if ingest_tap else "",
+    )
     app = await start_control(cfg)
     token = (cfg.resolved_state_dir / "admin-token").read_text().strip()
     channel = aio_channel(control, grpc.ssl_channel_credentials(pki.ca.read_bytes()))
@@ -182,13 +191,15 @@ async def tls_stack(root: pathlib.Path, pki: Pki, *, mutual: bool) -> AsyncItera
     try:
         node.start()
         await wait_nodes(c, ["n1"])
-        yield Stack(c, tap, node, pki)
+        yield Stack(c, tap, node, pki, ingest_tap)
     finally:
         node.stop()
         await channel.close(None)
         await app.stop(0)
         embedded.stop_process(proc)
         tap.close()
+        if ingest_tap is not None:
+            ingest_tap.close()
 
 
 async def make_lab(s: Stack) -> pathlib.Path:
@@ -232,6 +243,22 @@ async def test_job_runs_over_tls_and_nothing_crosses_in_plain_text(tmp_path: pat
         assert s.console.token.encode() not in seen
         assert b"Bearer" not in seen and b"authorization" not in seen
         assert b"tls-ok from" not in seen
+
+
+async def test_reports_on_the_ingest_port_cross_in_tls_only(tmp_path: pathlib.Path, pki: Pki) -> None:
+    """The runner's reports go to the ingest port (`ingest_listen`), which serves the same TLS."""
+    async with tls_stack(tmp_path, pki, mutual=False, ingest_port=True) as s:
+        await run_job_over_tls(s)
+        assert s.ingest_tap is not None
+        seen = s.ingest_tap.bytes_seen()
+        assert len(seen) > 1_000, len(seen)  # the runner's reports crossed it ...
+        assert b"tls-ok from" not in seen and b"authorization" not in seen  # ... unreadable
+        async with aio_channel(s.ingest_tap.address) as plain:  # and it refuses plaintext
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await plain.unary_unary("/starforge.ingest.v1.IngestService/GetCursor", lambda b: b, lambda b: b)(
+                    b"", timeout=10
+                )
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 async def test_plaintext_and_untrusted_clients_are_refused(tmp_path: pathlib.Path, pki: Pki) -> None:
