@@ -15,7 +15,10 @@ The record is saved once before the spawn (pid 0) and again after it. An executo
 the two leaves a record without a pid for a capsule that does run; the wrapper writes its own pid
 to `attempts/<id>/wrapper.pid` first thing, so the next executor adopts it (after checking that
 the pid's command line names this attempt's directory) instead of calling the attempt lost and
-letting the control plane launch it a second time.
+letting the control plane launch it a second time. A record without a pid and without
+`wrapper.pid` may belong to a spawn whose wrapper has not run its first line yet, so it is read
+as "never started" (no start time: the executor forgets it and the re-sent launch starts the
+same attempt) only once it is SPAWN_GRACE_SECONDS old; before that, a look waits for the pid.
 
 With `local.job_uid_range` (job_users.py) the wrapper stays root and runs bootstrap.sh through
 `setpriv` as the attempt's own uid: the job can neither signal the wrapper nor write the exit code,
@@ -74,6 +77,9 @@ KILL_WAIT_SECONDS = 5.0
 # (kill_uid) nothing else would end it.
 STOP_MARGIN_SECONDS = 2.0
 POLL_SECONDS = 0.05
+# How long after its record was saved an attempt without a pid may still show its wrapper: the
+# spawn follows the save within milliseconds, and the wrapper writes `wrapper.pid` first thing.
+SPAWN_GRACE_SECONDS = 5.0
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -290,7 +296,7 @@ class ProcessRuntime(Runtime):
             return
         root = self._layout.attempt(record.attempt_id).root
         try:
-            pid = int((root / "wrapper.pid").read_text().strip())
+            pid = int(self._wrapper_pid(record).read_text().strip())
         except (FileNotFoundError, ValueError):
             return
         ticks = start_ticks(pid)
@@ -324,9 +330,30 @@ class ProcessRuntime(Runtime):
             return RuntimeState(
                 exists=True, exit_code=code, started_at=started, ended_at=_utc(ended), raw=f"exited ({code})"
             )
-        if self._running(record):
+        if self._running(record) or (await self._spawned_late(record) and self._running(record)):
             return RuntimeState(exists=True, running=True, started_at=started, raw=f"running (pid {record.pid})")
+        if record.pid <= 0 and not self._wrapper_pid(record).exists():
+            # saved before a spawn that never happened (the executor died in between): nothing
+            # of it ran, and the launch the control plane sends again starts it afresh
+            return RuntimeState(exists=False, raw="never started")
         return RuntimeState(exists=False, started_at=started, raw="process gone without an exit code")
+
+    def _wrapper_pid(self, record: AttemptRecord) -> Path:
+        return self._layout.attempt(record.attempt_id).root / "wrapper.pid"
+
+    async def _spawned_late(self, record: AttemptRecord) -> bool:
+        """For a record saved before its spawn (no pid) and without `wrapper.pid` yet: whether the
+        wrapper writes it within SPAWN_GRACE_SECONDS of the save. An executor that died between
+        its spawn and the wrapper's first line must not read the attempt as never started (it
+        would be started a second time beside the first)."""
+        if record.pid > 0:
+            return False
+        path = self._wrapper_pid(record)
+        while not path.exists():
+            if time.time() - record.created_at >= SPAWN_GRACE_SECONDS:
+                return False
+            await asyncio.sleep(POLL_SECONDS)
+        return True
 
     async def log_tail(self, record: AttemptRecord, lines: int = LOG_TAIL_LINES) -> list[str]:
         return await asyncio.to_thread(read_log_tail, self._layout.attempt(record.attempt_id).log, lines)

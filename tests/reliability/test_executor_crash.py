@@ -32,8 +32,8 @@ from control.executors import ExecutorPool
 from control.ledger import state_machine as sm
 from executor_svc.local.config import LocalConfig
 from executor_svc.local.executor import LocalExecutor
-from executor_svc.local.process_runtime import _spawn
-from executor_svc.local.records import AttemptRecord, Layout
+from executor_svc.local.process_runtime import SPAWN_GRACE_SECONDS, _spawn
+from executor_svc.local.records import AttemptDirs, AttemptRecord, Layout
 from tests.reliability.harness import (
     ExecutorProcess,
     assert_all_succeeded_once,
@@ -135,6 +135,59 @@ async def test_a_capsule_spawned_just_before_the_executor_died_is_adopted_not_lo
         await until(lambda: _exists(dirs.exit_code), timeout=10)
         (obs,) = await fresh.observe(["jadopt.1"])
         assert obs.state == st.JOB_STATE_STOPPED, obs
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def _saved_before_spawn(state: pathlib.Path, attempt_id: str, *, age: float = 0.0) -> AttemptDirs:
+    """An attempt whose record was saved `age` seconds ago, before its spawn (no pid): as an
+    executor that died right after the save leaves it."""
+    dirs = Layout(state.resolve()).attempt(attempt_id)
+    for d in (dirs.capsule, dirs.workspace, dirs.scratch):
+        d.mkdir(parents=True)
+    (dirs.capsule / "bootstrap.sh").write_text(f"echo start {attempt_id}\nsleep 60\n")
+    job_id = attempt_id.split(".", maxsplit=1)[0]
+    record = AttemptRecord(
+        attempt_id, job_id, 1, "process", "cpu", [], "n1", str(state / "out" / job_id), time.time() - age
+    )
+    record.save(dirs.record)
+    return dirs
+
+
+async def test_a_launch_that_died_before_its_spawn_is_started_afresh_not_failed(tmp_path: pathlib.Path) -> None:
+    """Nothing was spawned after the save: the next executor answers that it has no such attempt
+    (and forgets the record), so the control plane's re-sent launch starts the same attempt. Read
+    as "never started, FAILED", it would have been retried as a second attempt."""
+    state = tmp_path / "executor"
+    dirs = _saved_before_spawn(state, "jnever.1", age=SPAWN_GRACE_SECONDS + 1)
+    fresh = LocalExecutor(LocalConfig(state_dir=state, runtime="process"))
+    await fresh.recover()
+    (obs,) = await fresh.observe(["jnever.1"])
+    assert obs.not_found, obs
+    assert not dirs.record.exists()
+
+
+async def test_a_wrapper_that_writes_its_pid_after_the_next_executor_looked_is_adopted(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The spawn happened, but the wrapper had not written `wrapper.pid` yet when the next
+    executor looked (a loaded machine): it waits for it within the grace and adopts the attempt,
+    instead of starting it again beside the running one."""
+    state = tmp_path / "executor"
+    dirs = _saved_before_spawn(state, "jlate.1")
+    fresh = LocalExecutor(LocalConfig(state_dir=state, runtime="process"))
+    looking = asyncio.ensure_future(fresh.recover())  # its first look at the attempts it finds
+    await asyncio.sleep(1.0)
+    assert not looking.done(), "it decided before the wrapper could write its pid"
+    child = _spawn(dirs.capsule, dirs.root, dirs.workspace, dirs.log, dict(os.environ))  # the slow spawn
+    try:
+        await asyncio.wait_for(looking, SPAWN_GRACE_SECONDS + 5)
+        assert "jlate.1" in fresh.pool.holders()  # its slot stays taken
+        (obs,) = await fresh.observe(["jlate.1"])
+        assert (obs.state, obs.backend_handle) == (st.JOB_STATE_RUNNING, str(child.pid)), obs
+        assert dirs.record.exists()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
