@@ -55,7 +55,7 @@ from control.events import Notifier
 from control.executors import ExecutorPool
 from control.http_limits import HttpLimits
 from control.http_ops import OpsServer
-from control.ingest_port import bind_ingest_server, serve_ingest
+from control.ingest_port import IngestPort
 from control.scheduler.dispatch import Scheduler
 from control.scheduler.reconcile import Reconciler
 from control.services.account_service import AccountServicer
@@ -85,7 +85,7 @@ class ControlApp:
     ops: OpsServer | None = None
     envoy: Envoy | None = None
     # IngestService's own port (`ingest_listen`), a thread-pool server
-    ingest_server: grpc.Server | None = None
+    ingest_port: IngestPort | None = None
 
     @property
     def ui_url(self) -> str:
@@ -100,10 +100,9 @@ class ControlApp:
     async def stop(self, grace: float = 2.0) -> None:
         self.stop_event.set()
         self.ctx.notifier.notify("schedule", "reconcile")
-        ingest_stopped = self.ingest_server.stop(grace) if self.ingest_server is not None else None
+        if self.ingest_port is not None:  # its calls end on this loop: stopped while it still runs
+            await self.ingest_port.stop(grace)
         await self.server.stop(grace)
-        if ingest_stopped is not None:  # its calls end on this loop: wait while it still runs
-            await asyncio.to_thread(ingest_stopped.wait, grace + 5.0)
         if self.envoy is not None:
             await asyncio.to_thread(self.envoy.close)
         if self.ops is not None:
@@ -267,11 +266,11 @@ def _http_url(cfg: ControlConfig, ops: OpsServer | None) -> str:
     return f"{'https' if cfg.tls.serving else 'http'}://{host}:{ops.port}"
 
 
-def _ingest_address(cfg: ControlConfig, port: int) -> str:
+def _ingest_address(cfg: ControlConfig, ingest: IngestPort | None) -> str:
     """The gRPC address runs report to when the ingest port is served ("" without one)."""
-    if not cfg.ingest_listen:
+    if ingest is None:
         return ""
-    return cfg.public_ingest_address or f"{_loopback_if_wildcard(cfg.ingest_listen.rsplit(':', 1)[0])}:{port}"
+    return cfg.public_ingest_address or f"{_loopback_if_wildcard(cfg.ingest_listen.rsplit(':', 1)[0])}:{ingest.port}"
 
 
 def _grpc_address(cfg: ControlConfig, port: int) -> str:
@@ -411,12 +410,10 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
         interceptors=[auth.interceptor(parts.verifier), StreamLimitInterceptor(StreamLimiter(cfg.streams_per_user))],
         credentials=server_credentials(cfg.tls),
     )
-    ingest_server, ingest_port = (
-        bind_ingest_server(
-            cfg.ingest_listen, max_streams=cfg.ingest_max_streams, credentials=server_credentials(cfg.tls)
-        )
+    ingest_port = (
+        IngestPort(cfg.ingest_listen, max_streams=cfg.ingest_max_streams, credentials=server_credentials(cfg.tls))
         if cfg.ingest_listen
-        else (None, 0)
+        else None
     )
     ops = _start_ops(cfg, parts.store, parts.verifier, blob_access)
     ctx = _build_context(cfg, parts, _grpc_address(cfg, port), _http_url(cfg, ops), _ingest_address(cfg, ingest_port))
@@ -424,12 +421,12 @@ async def start_control(cfg: ControlConfig) -> ControlApp:
     await add_services(server, _services(ctx, blob_access, ingest))
     metrics.install(parts.db)
     await server.start()
-    if ingest_server is not None:
-        serve_ingest(ingest_server, ingest, asyncio.get_running_loop(), auth.resolver(parts.verifier))
+    if ingest_port is not None:
+        ingest_port.serve(ingest, asyncio.get_running_loop(), auth.resolver(parts.verifier))
     front = await _start_envoy(cfg, port, ops)
     scheduler = Scheduler(ctx)
     app = ControlApp(
-        ctx, server, port, scheduler, Reconciler(ctx, scheduler), ops=ops, envoy=front, ingest_server=ingest_server
+        ctx, server, port, scheduler, Reconciler(ctx, scheduler), ops=ops, envoy=front, ingest_port=ingest_port
     )
     await _run(app)
     log.info("control plane serving on %s (replica %s)", ctx.public_address, ctx.replica_id)

@@ -12,7 +12,7 @@ beyond that is refused with RESOURCE_EXHAUSTED (the capsule retries it). The sam
 `IngestServicer` serves both ports, so a run reports the same way wherever it was told to.
 
 Every call is authenticated in its handler, before any request message is parsed: requests
-arrive as raw bytes (at most `receive_bytes` each, enforced by the transport) and are parsed only
+arrive as raw bytes (at most DEFAULT_RECEIVE_BYTES each, enforced by the transport) and are parsed only
 after the caller's token was resolved on the loop, as the main port's `AuthnInterceptor` does.
 Errors map to gRPC status exactly as on the main port (`common.rpc_status`).
 """
@@ -224,30 +224,39 @@ def _is_abort(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("grpc")
 
 
-def bind_ingest_server(
-    address: str, *, max_streams: int, credentials: grpc.ServerCredentials | None = None
-) -> tuple[grpc.Server, int]:
-    """The ingest port's server bound to `address` (no handler yet, not started), and its port."""
-    server = grpc.server(
-        concurrent.futures.ThreadPoolExecutor(max_workers=max_streams + 8, thread_name_prefix="ingest"),
-        maximum_concurrent_rpcs=max_streams,
-        options=[
-            ("grpc.max_receive_message_length", DEFAULT_RECEIVE_BYTES),
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot listen on {address}: address in use or not available")
-    return server, port
+class IngestPort:
+    """The ingest port's thread-pool server: bound by `bind`, serving once `serve` is called."""
 
+    def __init__(self, address: str, *, max_streams: int, credentials: grpc.ServerCredentials | None = None) -> None:
+        """Bind `address` (no handler yet, not started); OSError when it cannot be bound."""
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_streams + 8, thread_name_prefix="ingest")
+        self.server = grpc.server(
+            self.pool,
+            maximum_concurrent_rpcs=max_streams,
+            options=[
+                ("grpc.max_receive_message_length", DEFAULT_RECEIVE_BYTES),
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        port = (
+            self.server.add_secure_port(address, credentials) if credentials else self.server.add_insecure_port(address)
+        )
+        if port == 0:
+            self.pool.shutdown(wait=False)
+            raise OSError(f"cannot listen on {address}: address in use or not available")
+        self.port = port
 
-def serve_ingest(
-    server: grpc.Server, servicer: IngestServicer, loop: asyncio.AbstractEventLoop, resolve: authn.Resolve
-) -> None:
-    """Add the IngestService handlers over `servicer` (its calls run on `loop`) and start."""
-    server.add_generic_rpc_handlers((ThreadedIngest(servicer, loop, resolve).handler(),))
-    server.start()
+    def serve(self, servicer: IngestServicer, loop: asyncio.AbstractEventLoop, resolve: authn.Resolve) -> None:
+        """Add the IngestService handlers over `servicer` (its calls run on `loop`) and start."""
+        self.server.add_generic_rpc_handlers((ThreadedIngest(servicer, loop, resolve).handler(),))
+        self.server.start()
+
+    async def stop(self, grace: float) -> None:
+        """Stop: open streams get `grace` seconds, then are cancelled; their tasks end on the loop,
+        which must run until this returns. Then the pool's threads go."""
+        stopped = self.server.stop(grace)
+        await asyncio.to_thread(stopped.wait, grace + 5.0)
+        self.pool.shutdown(wait=False)
