@@ -324,19 +324,29 @@ class ProcessRuntime(Runtime):
         return ticks in (0, record.pid_start) and group_alive(record.pid)
 
     async def inspect(self, record: AttemptRecord) -> RuntimeState:
+        seen = self._look(record)
+        if seen is None and await self._spawned_late(record):
+            seen = self._look(record)  # the wrapper wrote its pid meanwhile: it may even have ended
+        if seen is not None:
+            return seen
+        started = _utc(record.created_at)
+        if record.pid <= 0 and not self._wrapper_pid(record).exists():
+            # saved before a spawn that never happened (the executor died in between): nothing
+            # of it ran, and the launch the control plane sends again starts it afresh
+            return RuntimeState(exists=False, raw="never started")
+        return RuntimeState(exists=False, started_at=started, raw="process gone without an exit code")
+
+    def _look(self, record: AttemptRecord) -> RuntimeState | None:
+        """The attempt's state when it has an exit code or runs; None when neither."""
         code, ended = self._exit_code(record)
         started = _utc(record.created_at)
         if code is not None:
             return RuntimeState(
                 exists=True, exit_code=code, started_at=started, ended_at=_utc(ended), raw=f"exited ({code})"
             )
-        if self._running(record) or (await self._spawned_late(record) and self._running(record)):
+        if self._running(record):
             return RuntimeState(exists=True, running=True, started_at=started, raw=f"running (pid {record.pid})")
-        if record.pid <= 0 and not self._wrapper_pid(record).exists():
-            # saved before a spawn that never happened (the executor died in between): nothing
-            # of it ran, and the launch the control plane sends again starts it afresh
-            return RuntimeState(exists=False, raw="never started")
-        return RuntimeState(exists=False, started_at=started, raw="process gone without an exit code")
+        return None
 
     def _wrapper_pid(self, record: AttemptRecord) -> Path:
         return self._layout.attempt(record.attempt_id).root / "wrapper.pid"
