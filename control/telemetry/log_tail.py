@@ -90,7 +90,7 @@ def to_lines(
 class _JobTail:
     """One attempt's lines with contiguous offsets, in batches as they were stored."""
 
-    __slots__ = ("attempt_number", "batches", "lines", "next_offset", "size", "written_at")
+    __slots__ = ("_joined", "attempt_number", "batches", "lines", "next_offset", "size", "written_at")
 
     def __init__(self, attempt_number: int, first_offset: int) -> None:
         self.attempt_number = attempt_number
@@ -99,17 +99,23 @@ class _JobTail:
         self.lines = 0
         self.size = 0
         self.written_at = 0.0
+        # the lines after an offset that spans batches, made once for every follower at that
+        # offset until the tail changes (followers a busy loop woke late are behind by the same
+        # few batches): one list, one response message, instead of one each
+        self._joined: dict[int, LogBatch] = {}
 
     def append(self, first_offset: int, batch: LogBatch) -> None:
         self.batches.append((first_offset, batch))
         self.next_offset = first_offset + len(batch.lines)
         self.lines += len(batch.lines)
         self.size += batch.size
+        self._joined.clear()
 
     def drop_oldest(self) -> None:
         _, batch = self.batches.popleft()
         self.lines -= len(batch.lines)
         self.size -= batch.size
+        self._joined.clear()
 
     def after(self, offset: int) -> LogBatch | None:
         """The lines after `offset` of this attempt; None when the tail does not reach back to it."""
@@ -124,10 +130,13 @@ class _JobTail:
         first, batch = self.batches[i]
         if first == want and i == len(self.batches) - 1:
             return batch  # the one every follower at this cursor shares
-        lines = batch.lines[want - first :]
-        for j in range(i + 1, len(self.batches)):
-            lines.extend(self.batches[j][1].lines)
-        return LogBatch(lines)
+        joined = self._joined.get(want)
+        if joined is None:
+            lines = batch.lines[want - first :]
+            for j in range(i + 1, len(self.batches)):
+                lines.extend(self.batches[j][1].lines)
+            joined = self._joined[want] = LogBatch(lines)
+        return joined
 
 
 class LogTails:

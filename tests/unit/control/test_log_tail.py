@@ -55,6 +55,27 @@ def test_followers_at_one_cursor_share_one_batch_with_the_stored_values() -> Non
     assert line.time == ts(1_700_000_000.25)  # as the ledger's read converts the stored time
 
 
+def test_followers_behind_by_several_batches_share_one_joined_batch_until_the_tail_moves() -> None:
+    tails = LogTails(max_lines=5)
+    tails.add("j", 1, 0, rows("a"))
+    tails.add("j", 1, 1, rows("b"))
+    tails.add("j", 1, 2, rows("c"))
+    first, second = tails.after("j", (1, 0)), tails.after("j", (1, 0))  # woken late: "b" and "c"
+    assert first is second and first is not None and second is not None
+    assert [line.text for line in first.lines] == ["b", "c"]
+    assert first.message(lambda b: object()) is second.message(lambda b: object())
+    assert tails.after("j", (1, -1)) is not first  # another cursor, its own lines
+    assert texts(tails, "j", (1, -1)) == ["a", "b", "c"]
+    tails.add("j", 1, 3, rows("d"))  # the tail moves: a follower at the same cursor gets "d" too
+    moved = tails.after("j", (1, 0))
+    assert moved is not first and moved is not None
+    assert [line.text for line in moved.lines] == ["b", "c", "d"]
+    assert [line.text for line in first.lines] == ["b", "c"]  # what was handed out never changes
+    tails.add("j", 1, 4, rows("e", "f"))  # over max_lines: "a" dropped, and what was joined with it
+    assert texts(tails, "j", (1, -1)) is None  # behind what is held: the ledger
+    assert texts(tails, "j", (1, 0)) == ["b", "c", "d", "e", "f"]
+
+
 def test_a_batch_that_does_not_continue_the_run_starts_it_over() -> None:
     tails = LogTails()
     tails.add("j", 1, 0, rows("a", "b"))
