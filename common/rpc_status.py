@@ -133,16 +133,20 @@ assert code_pb2.OK == 0  # google.rpc codes and grpc.StatusCode share numbering
 Handler = Callable[..., Any]
 
 
+def status_for(exc: Exception) -> grpc.Status:
+    """The status a handler's exception ends its call with: a StarforgeError's own, anything else
+    an internal error (logged with an incident id). Every server's handlers map through this."""
+    return to_grpc_status(exc if isinstance(exc, errors.StarforgeError) else internal_error(exc))
+
+
 def _wrap_unary(behavior: Handler) -> Handler:
     async def wrapper(request: Any, context: Any) -> Any:
         try:
             return await behavior(request, context)
-        except errors.StarforgeError as err:
-            await context.abort_with_status(to_grpc_status(err))
         except (grpc.aio.AbortError, grpc.aio.UsageError):
             raise
         except Exception as exc:
-            await context.abort_with_status(to_grpc_status(internal_error(exc)))
+            await context.abort_with_status(status_for(exc))
 
     return wrapper
 
@@ -152,12 +156,10 @@ def _wrap_stream(behavior: Handler) -> Handler:
         try:
             async for item in behavior(request, context):
                 yield item
-        except errors.StarforgeError as err:
-            await context.abort_with_status(to_grpc_status(err))
         except (grpc.aio.AbortError, grpc.aio.UsageError):
             raise
         except Exception as exc:
-            await context.abort_with_status(to_grpc_status(internal_error(exc)))
+            await context.abort_with_status(status_for(exc))
 
     return wrapper
 

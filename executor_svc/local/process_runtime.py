@@ -80,6 +80,8 @@ POLL_SECONDS = 0.05
 # How long after its record was saved an attempt without a pid may still show its wrapper: the
 # spawn follows the save within milliseconds, and the wrapper writes `wrapper.pid` first thing.
 SPAWN_GRACE_SECONDS = 5.0
+# In the attempt's root: the wrapper's (or forked runner's) own pid, written first thing.
+WRAPPER_PID = "wrapper.pid"
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -296,7 +298,7 @@ class ProcessRuntime(Runtime):
             return
         root = self._layout.attempt(record.attempt_id).root
         try:
-            pid = int(self._wrapper_pid(record).read_text().strip())
+            pid = int((root / WRAPPER_PID).read_text().strip())
         except (FileNotFoundError, ValueError):
             return
         ticks = start_ticks(pid)
@@ -349,7 +351,7 @@ class ProcessRuntime(Runtime):
         return None
 
     def _wrapper_pid(self, record: AttemptRecord) -> Path:
-        return self._layout.attempt(record.attempt_id).root / "wrapper.pid"
+        return self._layout.attempt(record.attempt_id).root / WRAPPER_PID
 
     async def _spawned_late(self, record: AttemptRecord) -> bool:
         """For a record saved before its spawn (no pid) and without `wrapper.pid` yet: whether the
