@@ -7,8 +7,11 @@ A thread-pool server receives on threads of its own: a batch reaches its handler
 loop, and only the store and publish (`IngestServicer._apply`) run there, as before.
 
 Each Report stream holds one of the pool's threads (its responses) and a thread of its own that
-reads its requests and hands each to the loop; at most `max_streams` run at once, and a call
-beyond that is refused with RESOURCE_EXHAUSTED (the capsule retries it). The same
+reads its requests and hands each to the loop. At most `max_streams` authenticated streams run at
+once; the next is refused with RESOURCE_EXHAUSTED (the capsule retries it). The limit is counted
+after authentication, not by gRPC at a call's arrival: callers without a run token (anyone who
+can reach the port, a job's own code) would otherwise fill it and shut the runs out. The pool has
+AUTH_THREADS more threads than the limit, for token lookups and GetCursor. The same
 `IngestServicer` serves both ports, so a run reports the same way wherever it was told to.
 
 Every call is authenticated in its handler, before any request message is parsed: requests
@@ -32,7 +35,7 @@ from starforge_api.ingest.v1 import ingest_service_pb2 as pb
 
 from common import authn, errors
 from common.channel import token_from_metadata
-from common.rpc_status import internal_error, to_grpc_status
+from common.rpc_status import status_for
 from common.server import DEFAULT_RECEIVE_BYTES
 from control import auth, metrics
 from control.services.ingest_service import IngestServicer
@@ -42,6 +45,8 @@ REPORT = f"/{SERVICE}/Report"
 GET_CURSOR = f"/{SERVICE}/GetCursor"
 # Requests of one stream read ahead of the loop: the reader waits for the loop beyond this.
 READ_AHEAD = 16
+# Pool threads beyond `max_streams`: the token lookups of calls not yet counted, and GetCursor.
+AUTH_THREADS = 32
 # How often a thread waiting on the loop checks that its call is still alive.
 WAIT_SLICE_S = 1.0
 _END = object()
@@ -50,10 +55,32 @@ _END = object()
 class ThreadedIngest:
     """The IngestService handlers of the thread-pool port, over the loop's `IngestServicer`."""
 
-    def __init__(self, servicer: IngestServicer, loop: asyncio.AbstractEventLoop, resolve: authn.Resolve) -> None:
+    def __init__(
+        self, servicer: IngestServicer, loop: asyncio.AbstractEventLoop, resolve: authn.Resolve, max_streams: int
+    ) -> None:
         self.servicer = servicer
         self.loop = loop
         self.resolve = resolve
+        self.max_streams = max_streams
+        self._open = 0  # authenticated Report streams running
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _stream_slot(self) -> Iterator[None]:
+        """One of the `max_streams` slots for an authenticated stream; RESOURCE_EXHAUSTED when none is free."""
+        with self._lock:
+            if self._open >= self.max_streams:
+                raise errors.ResourceExhausted(
+                    f"this ingest port serves at most {self.max_streams} Report streams at once; try again"
+                )
+            self._open += 1
+        metrics.INGEST_PORT_STREAMS.inc()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open -= 1
+            metrics.INGEST_PORT_STREAMS.dec()
 
     def handler(self) -> grpc.GenericRpcHandler:  # type: ignore[type-arg]
         """Both methods, taking raw bytes (parsed after authentication)."""
@@ -103,15 +130,21 @@ class ThreadedIngest:
             return response
 
     def report(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[pb.ReportResponse]:
-        with _mapped(context), metrics.INGEST_PORT_STREAMS.track_inprogress():
+        with _mapped(context):
             principal = self._principal(REPORT, context)
-            stream = _BridgedStream(self, principal)
-            context.add_callback(stream.cancel)
-            stream.start(requests)
-            try:
-                yield from stream.responses()
-            finally:
-                stream.cancel()
+            with self._stream_slot():
+                yield from self._bridged(principal, requests, context)
+
+    def _bridged(
+        self, principal: auth.Principal, requests: Iterator[bytes], context: grpc.ServicerContext
+    ) -> Iterator[pb.ReportResponse]:
+        stream = _BridgedStream(self, principal)
+        context.add_callback(stream.cancel)
+        stream.start(requests)
+        try:
+            yield from stream.responses()
+        finally:
+            stream.cancel()
 
 
 class _BridgedStream:
@@ -200,7 +233,8 @@ def _parse(cls: Any, raw: bytes, method: str) -> Any:
 
 
 class _mapped:
-    """Errors of a handler to its call's status, as `common.rpc_status.ErrorInterceptor` does."""
+    """Errors of a handler to its call's status (`common.rpc_status.status_for`, as the main
+    port's `ErrorInterceptor`); a call cancelled meanwhile ends CANCELLED."""
 
     def __init__(self, context: grpc.ServicerContext) -> None:
         self.context = context
@@ -213,15 +247,8 @@ class _mapped:
             return
         if isinstance(exc, asyncio.CancelledError | concurrent.futures.CancelledError):
             self.context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
-        if isinstance(exc, errors.StarforgeError):
-            self.context.abort_with_status(to_grpc_status(exc))
-        if isinstance(exc, Exception) and not _is_abort(exc):
-            self.context.abort_with_status(to_grpc_status(internal_error(exc)))
-
-
-def _is_abort(exc: BaseException) -> bool:
-    """What `context.abort` raises (grpc's own, to end the call with the status it set)."""
-    return type(exc).__module__.startswith("grpc")
+        if isinstance(exc, Exception):
+            self.context.abort_with_status(status_for(exc))
 
 
 class IngestPort:
@@ -229,10 +256,12 @@ class IngestPort:
 
     def __init__(self, address: str, *, max_streams: int, credentials: grpc.ServerCredentials | None = None) -> None:
         """Bind `address` (no handler yet, not started); OSError when it cannot be bound."""
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_streams + 8, thread_name_prefix="ingest")
+        self.max_streams = max_streams
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_streams + AUTH_THREADS, thread_name_prefix="ingest"
+        )
         self.server = grpc.server(
             self.pool,
-            maximum_concurrent_rpcs=max_streams,
             options=[
                 ("grpc.max_receive_message_length", DEFAULT_RECEIVE_BYTES),
                 ("grpc.keepalive_time_ms", 30_000),
@@ -241,9 +270,14 @@ class IngestPort:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        port = (
-            self.server.add_secure_port(address, credentials) if credentials else self.server.add_insecure_port(address)
-        )
+        try:  # grpc's thread-pool server raises where grpc.aio's answers port 0
+            port = (
+                self.server.add_secure_port(address, credentials)
+                if credentials
+                else self.server.add_insecure_port(address)
+            )
+        except RuntimeError:
+            port = 0
         if port == 0:
             self.pool.shutdown(wait=False)
             raise OSError(f"cannot listen on {address}: address in use or not available")
@@ -251,7 +285,7 @@ class IngestPort:
 
     def serve(self, servicer: IngestServicer, loop: asyncio.AbstractEventLoop, resolve: authn.Resolve) -> None:
         """Add the IngestService handlers over `servicer` (its calls run on `loop`) and start."""
-        self.server.add_generic_rpc_handlers((ThreadedIngest(servicer, loop, resolve).handler(),))
+        self.server.add_generic_rpc_handlers((ThreadedIngest(servicer, loop, resolve, self.max_streams).handler(),))
         self.server.start()
 
     async def stop(self, grace: float) -> None:

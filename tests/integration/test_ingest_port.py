@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
+import socket
 import threading
 from collections.abc import AsyncIterator
 
@@ -34,6 +35,7 @@ from common.rpc_status import from_rpc_error
 from control import metrics
 from control.config import ControlConfig, FleetConfig
 from control.db import models as m
+from control.ingest_port import IngestPort
 from tests.integration.console import Console, console
 from tests.integration.test_log_followers import Follower, Run, follow, numbered, received, report, running_job, until
 
@@ -254,3 +256,48 @@ def test_the_config_refuses_what_jobs_could_not_reach() -> None:
         ControlConfig(ingest_max_streams=0).validate()
     with pytest.raises(ConfigError, match="ingest_listen"):
         ControlConfig(ingest_listen="0.0.0.0:7071").validate_tls()  # plaintext off loopback
+
+
+def test_a_port_already_taken_is_one_clear_error() -> None:
+    """grpc's thread-pool server raises RuntimeError where grpc.aio's answers port 0; the console
+    turns both into the OSError `starforge-control` prints as one line (exit 1)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(OSError, match=f"cannot listen on {address}: address in use or not available"):
+            IngestPort(address, max_streams=1)
+
+
+async def test_callers_without_a_token_cannot_take_the_runs_stream_slots(tmp_path: pathlib.Path) -> None:
+    """The hostile tenant: a job's own code (no run token; it cannot read its runner's) opens
+    Report calls on the ingest port as fast as it can, with no token and with a forged one. The
+    limit counts authenticated streams only, so a real run still reports every batch."""
+    async with console(tmp_path, ingest_max_streams=2, ingest_listen=OWN_PORT) as c:
+        run = await running_job(c.app)
+        address = ingest_address(c)
+        until_t = asyncio.get_running_loop().time() + 4.0
+        answers: dict[str, int] = {}
+
+        async def flood(i: int) -> None:
+            forged = "sfr_" + "x" * 10 + "_" + "y" * 43
+            metadata = bearer(forged) if i % 2 else ()
+
+            async def nothing() -> AsyncIterator[pb.ReportRequest]:
+                return  # refused before any message: the status, not a failed send
+                yield
+
+            async with aio_channel(address) as channel:
+                stub = pb_grpc.IngestServiceStub(channel)
+                while asyncio.get_running_loop().time() < until_t:
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await stub.Report(nothing(), metadata=metadata).read()
+                    answers[err.value.code().name] = answers.get(err.value.code().name, 0) + 1
+
+        attackers = [asyncio.ensure_future(flood(i)) for i in range(100)]
+        await asyncio.sleep(0.5)
+        for i in range(8):  # every batch of the real run is taken while the flood goes on
+            await report(address, run, f"line {i}")
+        await asyncio.gather(*attackers)
+        assert set(answers) == {"UNAUTHENTICATED"}, answers
+        assert sum(answers.values()) > 100, answers  # the flood did run beside the reports
