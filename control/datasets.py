@@ -161,11 +161,9 @@ def mounts(spec: job_spec_pb2.JobSpec) -> list[tuple[str, str]]:
     return out
 
 
-def pin(s: Session, spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> job_spec_pb2.JobSpec:
-    """A copy of `spec` whose dataset references carry resolved versions (the job always reads the
-    version that existed at submit), after checking that every named file is in its dataset.
-    config.yaml's `model:` and `data: {train:, validation:}` (a path, or {dataset:, path:}) stand in
-    for --model / --train-data / --train-dataset / --validation-data when those are not given."""
+def with_config_inputs(spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> job_spec_pb2.JobSpec:
+    """A copy of `spec` with config.yaml's `model:` and `data:` filled in where the spec gives none
+    (no ledger read: `pin` then resolves the datasets it names)."""
     pinned = job_spec_pb2.JobSpec()
     pinned.CopyFrom(spec)
     if not pinned.model and isinstance(config.get("model"), str):
@@ -181,6 +179,21 @@ def pin(s: Session, spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> jo
                     ref.dataset = str(section["dataset"])
                 if not ref.path and section.get("path"):
                     ref.path = str(section["path"])
+    return pinned
+
+
+def names_datasets(spec: job_spec_pb2.JobSpec) -> bool:
+    """Whether `spec` names a dataset, so that `pin` has versions to resolve in the ledger."""
+    return bool(spec.train_data.dataset or spec.validation_data.dataset or len(spec.datasets))
+
+
+def pin(s: Session, spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> job_spec_pb2.JobSpec:
+    """A copy of `spec` whose dataset references carry resolved versions (the job always reads the
+    version that existed at submit), after checking that every named file is in its dataset.
+    config.yaml's `model:` and `data: {train:, validation:}` (a path, or {dataset:, path:}) stand in
+    for --model / --train-data / --train-dataset / --validation-data when those are not given
+    (`with_config_inputs`)."""
+    pinned = with_config_inputs(spec, config)
     names = set()
     for which, ref_msg in (("train_data", pinned.train_data), ("validation_data", pinned.validation_data)):
         if not ref_msg.dataset:
