@@ -230,7 +230,7 @@ class JobsApi:
         every file was readable by them, and ownership is never taken back), no dataset to pin,
         and no manifest digest declared besides one named by `workspace_digest` (whose ownership
         `_keep_manifest` would need). A storm of submissions of one workspace then pays one hop
-        to a worker thread fewer each (admission benchmark)."""
+        to the database thread fewer each (admission benchmark)."""
         if not by_digest:
             known = self._listed_workspace_known(principal, spec.workspace)
         if known and (by_digest or not spec.workspace.digest) and len(spec.config_json) <= LOOP_CONFIG_BYTES:
