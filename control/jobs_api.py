@@ -231,9 +231,9 @@ class JobsApi:
         and no manifest digest declared besides one named by `workspace_digest` (whose ownership
         `_keep_manifest` would need). A storm of submissions of one workspace then pays one hop
         to the database thread fewer each (admission benchmark)."""
-        if not by_digest:
-            known = self._listed_workspace_known(principal, spec.workspace)
-        if known and (by_digest or not spec.workspace.digest) and len(spec.config_json) <= LOOP_CONFIG_BYTES:
+        if not by_digest:  # (a declared digest needs the read anyway: no need to compute one)
+            known = not spec.workspace.digest and self._listed_workspace_known(principal, spec.workspace)
+        if known and len(spec.config_json) <= LOOP_CONFIG_BYTES:
             pinned = datasets.with_config_inputs(spec, admission.parse_config(spec))
             if not datasets.names_datasets(pinned):
                 return pinned, False

@@ -109,7 +109,7 @@ async def test_a_workspace_its_submitter_was_admitted_with_skips_only_the_read_i
         declared.workspace.digest = manifest_digest((f.path, f.sha256, f.executable) for f in declared.workspace.files)
         n = len(reads)
         await bob.jobs.SubmitJob(ctl.SubmitJobRequest(spec=declared), metadata=bob.md)
-        assert reads[n:] == [("bob", True)]
+        assert reads[n:] == [("bob", False)]  # his files too, as before any of this
 
 
 async def test_a_bad_config_of_a_known_workspace_is_refused_as_before(tmp_path: pathlib.Path) -> None:
