@@ -71,17 +71,32 @@ def env_int(var: str, default: int, *, minimum: int = 0) -> int:
     return int(text)
 
 
-def cpu_list(var: str) -> list[int] | None:
-    """The CPUs named by environment variable `var` ("0", "0,1", "0-3,6"), or None when it is unset.
-    Raises ValueError unless they are all among the CPUs this process may run on."""
-    text = os.environ.get(var, "").strip()
-    if not text:
-        return None
+def _parse_cpus(text: str) -> set[int]:
     cpus: set[int] = set()
     for part in text.split(","):
         lo, _, hi = part.strip().partition("-")
         cpus.update(range(int(lo), int(hi or lo) + 1))
-    allowed = os.sched_getaffinity(0)
+    return cpus
+
+
+def online_cpus() -> set[int]:
+    """The machine's online CPUs (/sys/devices/system/cpu/online), else those this process may use."""
+    try:
+        return _parse_cpus(pathlib.Path("/sys/devices/system/cpu/online").read_text().strip())
+    except (OSError, ValueError):
+        return os.sched_getaffinity(0)
+
+
+def cpu_list(var: str) -> list[int] | None:
+    """The CPUs named by environment variable `var` ("0", "0,1", "0-3,6"), or None when it is unset.
+    Raises ValueError unless they are all among the machine's online CPUs (not this process's
+    affinity: a floor server pinned to the console's CPUs imports this module too, and the load
+    generator's CPUs are not among its own)."""
+    text = os.environ.get(var, "").strip()
+    if not text:
+        return None
+    cpus = _parse_cpus(text)
+    allowed = online_cpus()
     if not cpus or not cpus <= allowed:
         raise ValueError(f"{var}={text}: CPUs {sorted(cpus)} are not all among this machine's {sorted(allowed)}")
     return sorted(cpus)
