@@ -16,7 +16,7 @@ import pytest
 from starforge_api.control.v1 import account_service_pb2 as acc
 from starforge_api.control.v1 import account_service_pb2_grpc as acc_grpc
 from starforge_api.control.v1 import control_service_pb2 as ctl
-from starforge_api.job.v1 import job_spec_pb2
+from starforge_api.job.v1 import job_spec_pb2, workspace_pb2
 
 from common.hashing import manifest_digest
 from common.rpc_status import from_rpc_error
@@ -42,7 +42,7 @@ async def _spec(
     if upload is not None:
         manifest = await upload.upload(files, set(files))
     else:
-        manifest = job_spec_pb2.JobSpec().workspace
+        manifest = workspace_pb2.WorkspaceManifest()
         manifest.files.add(
             path="experiments/exp/train.sh",
             sha256=hashlib.sha256(TRAIN_SH).hexdigest(),
