@@ -87,7 +87,7 @@ async def test_a_workspace_its_submitter_was_admitted_with_skips_only_the_read_i
         assert reads == [("bob", False)]
         assert first.spec.model == "m1"  # config.yaml's model, filled in before admission
 
-        # the same files again: nothing to ask the ledger, and the same job comes of it
+        # the same files again: nothing to ask the ledger, and a job like the first comes of it
         again = (await bob.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec), metadata=bob.md)).job
         assert reads == [("bob", False)]
         assert again.job_id != first.job_id
