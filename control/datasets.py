@@ -182,11 +182,6 @@ def with_config_inputs(spec: job_spec_pb2.JobSpec, config: dict[str, object]) ->
     return pinned
 
 
-def names_datasets(spec: job_spec_pb2.JobSpec) -> bool:
-    """Whether `spec` names a dataset, so that `pin` has versions to resolve in the ledger."""
-    return bool(spec.train_data.dataset or spec.validation_data.dataset or len(spec.datasets))
-
-
 def pin(s: Session, spec: job_spec_pb2.JobSpec, config: dict[str, object]) -> job_spec_pb2.JobSpec:
     """A copy of `spec` whose dataset references carry resolved versions (the job always reads the
     version that existed at submit), after checking that every named file is in its dataset.

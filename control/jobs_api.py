@@ -235,7 +235,7 @@ class JobsApi:
             known = not spec.workspace.digest and self._listed_workspace_known(principal, spec.workspace)
         if known and len(spec.config_json) <= LOOP_CONFIG_BYTES:
             pinned = datasets.with_config_inputs(spec, admission.parse_config(spec))
-            if not datasets.names_datasets(pinned):
+            if not datasets.mounts(pinned):  # no dataset whose version `pin` would resolve
                 return pinned, False
         return await self.pre_reads.submit((principal, spec, known))
 
