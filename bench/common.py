@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import secrets
 import shutil
 import signal
@@ -71,11 +72,17 @@ def env_int(var: str, default: int, *, minimum: int = 0) -> int:
     return int(text)
 
 
+_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
 def _parse_cpus(text: str) -> set[int]:
+    """The CPUs of a list as taskset takes it ("0", "0,1", "0-3,6"); ValueError for anything else."""
     cpus: set[int] = set()
     for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+        m = _CPU_RANGE.fullmatch(part.strip())
+        if m is None or int(m[2] or m[1]) < int(m[1]):
+            raise ValueError(f"not a CPU or a range of CPUs: {part.strip()!r}")
+        cpus.update(range(int(m[1]), int(m[2] or m[1]) + 1))
     return cpus
 
 
@@ -89,16 +96,19 @@ def online_cpus() -> set[int]:
 
 def cpu_list(var: str) -> list[int] | None:
     """The CPUs named by environment variable `var` ("0", "0,1", "0-3,6"), or None when it is unset.
-    Raises ValueError unless they are all among the machine's online CPUs (not this process's
-    affinity: a floor server pinned to the console's CPUs imports this module too, and the load
-    generator's CPUs are not among its own)."""
+    Exits with one message unless they are all among the machine's online CPUs (not this
+    process's affinity: a floor server pinned to the console's CPUs imports this module too, and
+    the load generator's CPUs are not among its own), or when the list is not one taskset takes."""
     text = os.environ.get(var, "").strip()
     if not text:
         return None
-    cpus = _parse_cpus(text)
+    try:
+        cpus = _parse_cpus(text)
+    except ValueError as e:
+        raise SystemExit(f"{var}={text}: {e}; expected a list as taskset takes it: 0, 0,1 or 0-3,6") from None
     allowed = online_cpus()
-    if not cpus or not cpus <= allowed:
-        raise ValueError(f"{var}={text}: CPUs {sorted(cpus)} are not all among this machine's {sorted(allowed)}")
+    if not cpus <= allowed:
+        raise SystemExit(f"{var}={text}: CPUs {sorted(cpus)} are not all among this machine's {sorted(allowed)}")
     return sorted(cpus)
 
 

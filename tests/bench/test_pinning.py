@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bench.common import REPO
 
 CPUS = sorted(os.sched_getaffinity(0))  # the test's own: every CPU of the machine, unpinned
@@ -38,3 +40,14 @@ def test_a_cpu_the_machine_does_not_have_is_refused_with_one_message() -> None:
     r = _import_pinned_to(CPUS[0], {"STARFORGE_BENCH_LOADGEN_CPUS": str(missing)})
     assert r.returncode != 0
     assert f"STARFORGE_BENCH_LOADGEN_CPUS={missing}: CPUs [{missing}] are not all among" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "0-", "3-1", "1,,2", "-1"])
+def test_a_list_taskset_would_not_take_is_refused_with_one_message(value: str) -> None:
+    r = _import_pinned_to(CPUS[0], {"STARFORGE_BENCH_CONSOLE_CPUS": value})
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines() == [
+        f"STARFORGE_BENCH_CONSOLE_CPUS={value}: not a CPU or a range of CPUs: "
+        f"{next(p for p in value.split(',') if not p.isdigit())!r}; "
+        "expected a list as taskset takes it: 0, 0,1 or 0-3,6"
+    ]
