@@ -2,7 +2,8 @@
 
 Ours: the real embedded console (`sf up`, its own process) on SQLite, then on a fresh PostgreSQL
 database; 32 clients, each with its own gRPC connection, submit the same trivial custom/custom job
-(workspace already uploaded) in a loop. The fleet is drained first, so admitted jobs stay QUEUED
+(workspace already uploaded) in a loop, each submission with a request id of its own as `sf submit`
+sends. The fleet is drained first, so admitted jobs stay QUEUED
 (the scheduler still runs its cycles over the growing queue, as it would in production).
 
 Peer: slurmrestd of the project's Slurm 24.11 test cluster (tools/slurm), 32 concurrent clients
@@ -20,6 +21,7 @@ import secrets
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -119,7 +121,9 @@ async def _ours(console: Console, replica: Console | None = None) -> dict[str, f
     clients = [Client(console, aio_channel(addresses[i % len(addresses)])) for i in range(CLIENTS)]
     pids = [console.proc.pid] + ([replica.proc.pid] if replica else [])
     try:
-        return await _storm(lambda i: clients[i].submit(spec), *pids)
+        # each submission with a request id of its own, as `sf submit` sends one: the ledger
+        # checks it against the jobs already queued (idempotent retries)
+        return await _storm(lambda i: clients[i].submit(spec, request_id=str(uuid.uuid4())), *pids)
     finally:
         for c in clients:
             await c.close()

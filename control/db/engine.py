@@ -207,6 +207,56 @@ def insert_rows(
     s.connection().exec_driver_sql(sql, list(rows))
 
 
+# One statement sent in a pipeline: its SQL in the driver's own paramstyle, and its parameters (a
+# mapping; a list of mappings for an executemany).
+Piped = tuple[str, Any]
+_SAVEPOINT = "sf_pipeline"
+
+
+def pipelines(s: Session) -> bool:
+    """Whether `pipeline` can run on the session's database: PostgreSQL, through a libpq that has
+    pipeline mode (14 and later; psycopg's binary wheel bundles one)."""
+    return s.get_bind().dialect.name == "postgresql" and psycopg.Pipeline.is_supported()
+
+
+def pipeline(s: Session, calls: Sequence[Piped], *, savepoint: bool = False) -> list[list[tuple[Any, ...]]]:
+    """Run `calls` in order on the session's PostgreSQL connection, inside its transaction, in one
+    round trip (psycopg's pipeline mode) instead of one each; the rows each returned (none for an
+    executemany or a statement without rows).
+
+    Each round trip of a busy console costs milliseconds, not PostgreSQL's 0.1 ms: its backend and
+    the console's event loop share the machine's cores, and the database thread waits for both
+    after every reply (the admission benchmark's group commit: ~4 ms a statement). A failing
+    statement raises SQLAlchemy's exception for it (IntegrityError for a unique violation, as an
+    execute through the session would); with `savepoint` what the calls did is rolled back and the
+    transaction goes on, else the transaction is left failed for the caller to roll back."""
+    raw = s.connection().connection.driver_connection
+    assert isinstance(raw, psycopg.Connection), "pipeline() is for PostgreSQL (see pipelines())"
+    cursors = []
+    try:
+        with raw.pipeline():
+            if savepoint:
+                raw.execute(f"SAVEPOINT {_SAVEPOINT}")
+            for sql, params in calls:
+                cur = raw.cursor()
+                if isinstance(params, list):
+                    cur.executemany(sql, params)
+                else:
+                    cur.execute(sql, params)
+                cursors.append(cur)
+            if savepoint:
+                raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+        return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
+    except psycopg.Error as e:
+        if savepoint and not raw.broken:
+            raw.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+            raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+        if raw.broken:
+            s.connection().invalidate(e)  # as SQLAlchemy does for a connection lost under it
+        statement = "; ".join(sql for sql, _ in calls)
+        raise DBAPIError.instance(statement, None, e, psycopg.Error) from e
+
+
 ROWS_PER_STATEMENT = 256
 
 

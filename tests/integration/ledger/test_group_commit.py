@@ -96,6 +96,27 @@ def test_retries_of_one_request_in_a_batch_queue_one_job(db: Database) -> None:
     assert total == 3
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_request_id_another_transaction_queued_after_the_lookup_is_that_ones_job(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race between two PostgreSQL transactions (two replicas): the batch looked its request
+    ids up before the other transaction's job was there, and its insert meets that job's unique
+    key. The batch's inserts (one pipelined round trip, in a savepoint) are undone, it is made
+    again one submission at a time, and the retry gets the other transaction's job. (SQLite has
+    one writer at a time: the lookup, inside its write transaction, sees every job there is.)"""
+    db.run_sync(factories.user)
+    (winner,) = db.run_sync(lambda s: jobs.create_jobs(s, [_new("raced")]))
+    plan = jobs._plan
+    monkeypatch.setattr(jobs, "_plan", lambda batch, first, now, known: plan(batch, first, now, {}))
+    queued = db.run_sync(lambda s: jobs.create_jobs(s, [_new("raced"), _new("fresh"), _new("")]))
+    assert [q.created for q in queued] == [False, True, True]
+    assert queued[0].job.id == winner.job.id
+    assert [q.queue_position for q in queued[1:]] == [2, 3]
+    rows = db.run_sync(lambda s: sorted(s.scalars(select(m.Job.request_id))))
+    assert rows == ["", "fresh", "raced"]
+
+
 def test_group_commit_answers_each_caller_and_a_bad_item_fails_alone(db: Database) -> None:
     batches: list[int] = []
 
