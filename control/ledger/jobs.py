@@ -326,6 +326,8 @@ def _create_pipelined(s: Session, batch: Sequence[NewJob], now: float) -> list[Q
     for (queue, priority), members in groups.items():
         counted = {"queue": queue, "priority": priority, "seq": int(members[0]["seq"]), "most": AHEAD_COUNTED}
         calls.append((sql.ahead, {**sql.ahead_defaults, **counted}))
+    if not calls:  # every submission was an earlier one's retry
+        return _queued(s, plans, {})
     try:
         results = engine.pipeline(s, calls, savepoint=bool(wanted))
     except IntegrityError:
