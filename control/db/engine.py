@@ -16,6 +16,7 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
+import contextlib
 import pathlib
 import threading
 from collections.abc import Callable, Sequence
@@ -249,8 +250,11 @@ def pipeline(s: Session, calls: Sequence[Piped], *, savepoint: bool = False) -> 
         return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
     except psycopg.Error as e:
         if savepoint and not raw.broken:
-            raw.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-            raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+            # failing too (the connection lost meanwhile), it leaves the transaction failed, and
+            # the caller's next statement raises for it
+            with contextlib.suppress(psycopg.Error):
+                raw.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
         if raw.broken:
             s.connection().invalidate(e)  # as SQLAlchemy does for a connection lost under it
         statement = "; ".join(sql for sql, _ in calls)
