@@ -5,6 +5,7 @@ batch, and one failing item fails only its own caller."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,6 +95,18 @@ def test_retries_of_one_request_in_a_batch_queue_one_job(db: Database) -> None:
     assert queued[1].job.id == queued[2].job.id
     total = db.run_sync(lambda s: s.scalar(select(func.count()).select_from(m.Job)))
     assert total == 3
+
+
+def test_another_users_request_id_is_never_their_job(db: Database) -> None:
+    """A request id is the caller's own key: carol sending alice's (guessed or seen) gets a job of
+    her own, not alice's, in the same batch as alice's retry or in a later one."""
+    db.run_sync(lambda s: [factories.user(s, n) for n in ("alice", "carol")])
+    (alices,) = db.run_sync(lambda s: jobs.create_jobs(s, [_new("shared")]))  # _new's owner: alice
+    carols = dataclasses.replace(_new("shared"), owner="carol")
+    queued = db.run_sync(lambda s: jobs.create_jobs(s, [carols, _new("shared"), carols]))
+    assert [q.created for q in queued] == [True, False, False]
+    assert queued[0].job.id != alices.job.id and queued[0].job.owner == "carol"
+    assert queued[1].job.id == alices.job.id and queued[2].job.id == queued[0].job.id
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
