@@ -174,6 +174,7 @@ class JobsApi:
     ) -> Submitted:
         """Admit and queue `spec`; with `workspace_digest`, its workspace is the manifest of that
         digest the caller was admitted with before (the response's job then lists no files)."""
+        _check_request_id(request_id)
         # Only a manifest whose digest the client declared is kept (sf declares it; admission fills
         # it in for a raw client, which would otherwise store a blob and an owner row per call).
         declared = bool(spec.workspace.digest)
@@ -742,6 +743,20 @@ def _readable_and_pinned(
     files = [] if known else [f.sha256 for f in spec.workspace.files]
     owned = blob_access.require_readable(s, principal, files, "workspace", also=declared)
     return datasets.pin(s, spec, admission.parse_config(spec)), owned
+
+
+def _check_request_id(request_id: str) -> None:
+    """A request id the ledger can hold: at most MAX_REQUEST_ID characters, none a control
+    character (PostgreSQL refused longer ones and NUL bytes only when the batch was written, and
+    the caller got INTERNAL; SQLite took them)."""
+    if len(request_id) > jobs.MAX_REQUEST_ID or any(c < " " or c == "\x7f" for c in request_id):
+        raise errors.InvalidArgument(
+            f"request_id must be at most {jobs.MAX_REQUEST_ID} characters, none a control character: "
+            f"{request_id[:80]!r}",
+            field_violations=(
+                errors.FieldViolation("request_id", f"at most {jobs.MAX_REQUEST_ID} printable characters"),
+            ),
+        )
 
 
 def _record_key(principal: Principal) -> str:

@@ -492,6 +492,8 @@ def _job_defaults() -> dict[str, Any]:
 _JOB_DEFAULTS = _job_defaults()
 # Statements of every submission, built once (building them cost more than running them).
 _JOBS = _table(m.Job)
+# The longest request id the ledger holds (its column's length: PostgreSQL enforces it).
+MAX_REQUEST_ID = int(cast(Any, _JOBS.c.request_id.type).length)
 _INSERT_JOB = insert(_JOBS)
 _INSERT_EVENT = insert(_table(m.JobEvent))
 _KNOWN_REQUESTS = select(_JOBS.c.request_id, _JOBS.c.id).where(

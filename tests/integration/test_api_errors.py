@@ -252,6 +252,16 @@ def rows() -> Iterator[Row]:
         await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec, workspace_digest="../manifest"))
 
     @row(CONTROL + "SubmitJob", "INVALID_ARGUMENT")
+    async def request_id_too_long(w: World) -> None:
+        spec = await _spec(w)
+        await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec, request_id="r" * 65))
+
+    @row(CONTROL + "SubmitJob", "INVALID_ARGUMENT")
+    async def request_id_with_a_nul(w: World) -> None:
+        spec = await _spec(w)
+        await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec, request_id="retry\x00me"))
+
+    @row(CONTROL + "SubmitJob", "INVALID_ARGUMENT")
     async def workspace_digest_with_files(w: World) -> None:
         spec = await _spec(w)
         await w.call(CONTROL + "SubmitJob", ctl.SubmitJobRequest(spec=spec, workspace_digest="0" * 64))

@@ -7,6 +7,8 @@ import asyncio
 import json
 import pathlib
 
+import grpc
+import pytest
 from sqlalchemy import func, select
 from starforge_api.control.v1 import control_service_pb2 as ctl
 from starforge_api.job.v1 import job_spec_pb2
@@ -55,3 +57,32 @@ async def test_concurrent_retries_of_one_submission_queue_one_job(tmp_path: path
         other = await c.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec, request_id="another-0002"), metadata=c.md)
         assert other.job.job_id != job_id
     assert _count_jobs(db_url, "retry-me-0001") == (1, 2)
+
+
+async def test_a_request_id_the_ledger_cannot_hold_is_refused_before_anything_is_queued(
+    tmp_path: pathlib.Path, db_url: str
+) -> None:
+    """PostgreSQL refused an over-long request id or a NUL byte only when the batch was written
+    (INTERNAL, a traceback in the log), SQLite stored them; both refuse them up front now, and a
+    request id of the column's full length still works, retries included."""
+    async with console(tmp_path, database_url=db_url) as c:
+        manifest = await c.upload({"experiments/exp/train.sh": b"true\n"}, {"experiments/exp/train.sh"})
+        spec = job_spec_pb2.JobSpec(
+            api_version="forge/v2",
+            project="@admin/lab",
+            experiment="exp",
+            method="custom/custom",
+            recipe_lock=await c.lock(),
+            config_json=json.dumps({"image": "host", "observability": "platform"}),
+            workspace=manifest,
+        )
+        for bad in ("r" * 65, "retry\x00me", "tab\there"):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await c.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec, request_id=bad), metadata=c.md)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "request_id must be at most 64 characters" in (refused.value.details() or "")
+        longest = "r" * 64
+        first = await c.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec, request_id=longest), metadata=c.md)
+        again = await c.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec, request_id=longest), metadata=c.md)
+        assert again.job.job_id == first.job.job_id
+    assert _count_jobs(db_url, longest) == (1, 1)

@@ -131,7 +131,8 @@ class ControlServiceServicer:
         (`workspace_digest`), so an unchanged lab sends no file list again.
         Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
         workspace digest or total_bytes that is not the files'; a `workspace_digest` that is not a
-        digest, or comes with workspace files), NOT_FOUND (unknown method), FAILED_PRECONDITION
+        digest, or comes with workspace files; a `request_id` over 64 characters or with a control
+        character), NOT_FOUND (unknown method), FAILED_PRECONDITION
         (stale lock, missing blob, HF precheck, no fleet, unknown secret; reason MISSING_BLOB also
         for a `workspace_digest` the caller was never admitted with or whose blobs are gone),
         PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more

@@ -1765,7 +1765,8 @@ class SubmitJobRequest(betterproto2.Message):
     """
     Client-chosen key; a second SubmitJob with the same key and user returns the first job
     instead of queueing another (safe retries of a submit whose response was lost), also when
-    the retries race: the ledger holds at most one job per (user, request_id).
+    the retries race: the ledger holds at most one job per (user, request_id). At most 64
+    characters, none a control character (INVALID_ARGUMENT).
     """
 
     dry_run: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
@@ -2339,7 +2340,8 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
         (`workspace_digest`), so an unchanged lab sends no file list again.
         Errors: INVALID_ARGUMENT (BadRequest listing every bad field, e.g. `spec.retry_budget`; a
         workspace digest or total_bytes that is not the files'; a `workspace_digest` that is not a
-        digest, or comes with workspace files), NOT_FOUND (unknown method), FAILED_PRECONDITION
+        digest, or comes with workspace files; a `request_id` over 64 characters or with a control
+        character), NOT_FOUND (unknown method), FAILED_PRECONDITION
         (stale lock, missing blob, HF precheck, no fleet, unknown secret; reason MISSING_BLOB also
         for a `workspace_digest` the caller was never admitted with or whose blobs are gone),
         PERMISSION_DENIED (image not allowlisted, another user's project), RESOURCE_EXHAUSTED (more
