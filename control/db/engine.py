@@ -20,7 +20,7 @@ import contextlib
 import pathlib
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from sqlalchemy import Engine, create_engine, event
@@ -208,9 +208,22 @@ def insert_rows(
     s.connection().exec_driver_sql(sql, list(rows))
 
 
-# One statement sent in a pipeline: its SQL in the driver's own paramstyle, and its parameters (a
-# mapping; a list of mappings for an executemany).
-Piped = tuple[str, Any]
+class Piped(NamedTuple):
+    """One statement sent in a pipeline: its SQL in the driver's own paramstyle, and its
+    parameters (a mapping; a list of mappings for an executemany).
+
+    `replan`: PostgreSQL plans it at every run, with its parameters and the tables as they are
+    then. Otherwise psycopg prepares a statement once it ran a few times on a connection, and
+    PostgreSQL keeps the plan it made for it then: for a read whose best plan depends on the
+    table's size, a plan made while the table was small (a young ledger's first batches, 300 s
+    at most, the pool's recycle time) reads it whole for the connection's life. A read through
+    an index gains little from being prepared, and planning it costs ~0.2 ms of PostgreSQL."""
+
+    sql: str
+    params: Any
+    replan: bool = False
+
+
 _SAVEPOINT = "sf_pipeline"
 
 
@@ -238,12 +251,13 @@ def pipeline(s: Session, calls: Sequence[Piped], *, savepoint: bool = False) -> 
         with raw.pipeline():
             if savepoint:
                 raw.execute(f"SAVEPOINT {_SAVEPOINT}")
-            for sql, params in calls:
+            for call in calls:
                 cur = raw.cursor()
-                if isinstance(params, list):
-                    cur.executemany(sql, params)
+                if isinstance(call.params, list):
+                    assert not call.replan, "psycopg prepares an executemany's statement"
+                    cur.executemany(call.sql, call.params)
                 else:
-                    cur.execute(sql, params)
+                    cur.execute(call.sql, call.params, prepare=False if call.replan else None)
                 cursors.append(cur)
             if savepoint:
                 raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
@@ -257,7 +271,7 @@ def pipeline(s: Session, calls: Sequence[Piped], *, savepoint: bool = False) -> 
                 raw.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
         if raw.broken:
             s.connection().invalidate(e)  # as SQLAlchemy does for a connection lost under it
-        statement = "; ".join(sql for sql, _ in calls)
+        statement = "; ".join(call.sql for call in calls)
         raise DBAPIError.instance(statement, None, e, psycopg.Error) from e
 
 

@@ -305,8 +305,11 @@ def _create_pipelined(s: Session, batch: Sequence[NewJob], now: float) -> list[Q
     wanted = _wanted(batch)
     counter, *found = engine.pipeline(
         s,
-        [(sql.counter, {"name": "job_seq", "n": total})]
-        + [(sql.known, {"owner": owner, "request_ids": sorted(ids)}) for owner, ids in wanted.items()],
+        [engine.Piped(sql.counter, {"name": "job_seq", "n": total})]
+        + [
+            engine.Piped(sql.known, {"owner": owner, "request_ids": sorted(ids)}, replan=True)
+            for owner, ids in wanted.items()
+        ],
     )
     known = {
         (owner, request_id): job_id for owner, rows in zip(wanted, found, strict=True) for request_id, job_id in rows
@@ -316,16 +319,16 @@ def _create_pipelined(s: Session, batch: Sequence[NewJob], now: float) -> list[Q
     groups = _groups(rows)
     calls: list[engine.Piped] = []
     if rows:
-        calls.append((sql.insert_job, [sql.job_params(row) for row in rows]))
+        calls.append(engine.Piped(sql.insert_job, [sql.job_params(row) for row in rows]))
         calls.append(
-            (
+            engine.Piped(
                 sql.insert_event,
                 [sql.event_params(e) for e in _first_events(rows, [r for p in plans for r in p.reasons], now)],
             )
         )
     for (queue, priority), members in groups.items():
         counted = {"queue": queue, "priority": priority, "seq": int(members[0]["seq"]), "most": AHEAD_COUNTED}
-        calls.append((sql.ahead, {**sql.ahead_defaults, **counted}))
+        calls.append(engine.Piped(sql.ahead, {**sql.ahead_defaults, **counted}, replan=True))
     if not calls:  # every submission was an earlier one's retry
         return _queued(s, plans, {})
     try:
@@ -385,7 +388,7 @@ def _driver_sql(s: Session) -> _DriverSql:
 
     found = _DRIVER_SQL[dialect.name] = _DriverSql(
         counter=str(_counter_upsert(pg_insert).compile(dialect=dialect)),
-        known="SELECT request_id, id FROM jobs WHERE owner = %(owner)s AND request_id = ANY(%(request_ids)s)",
+        known=_KNOWN_ONE_BY_ONE,
         insert_job=str(_INSERT_JOB.compile(dialect=dialect, column_keys=list(_JOB_DEFAULTS))),
         insert_event=str(_INSERT_EVENT.compile(dialect=dialect, column_keys=[c.key for c in events.columns])),
         ahead=str(ahead),
@@ -397,6 +400,16 @@ def _driver_sql(s: Session) -> _DriverSql:
 
 
 _DRIVER_SQL: dict[str, _DriverSql] = {}
+# The batch's request ids already queued, each looked up in the (owner, request_id) index: a
+# LATERAL subquery with a LIMIT is run once per id, whatever the statistics say. The plain
+# `request_id = ANY(...)` was planned as the index by owner alone with the ids as a filter
+# whenever the statistics did not know the owner had many jobs (a young ledger, one user's
+# storm): every job of the owner read per batch. It is also planned at every run (`replan`).
+_KNOWN_ONE_BY_ONE = (
+    "SELECT r.request_id, j.id FROM unnest(%(request_ids)s::varchar[]) AS r(request_id) "
+    "CROSS JOIN LATERAL (SELECT jobs.id FROM jobs WHERE jobs.owner = %(owner)s "
+    "AND jobs.request_id = r.request_id LIMIT 1) AS j"
+)
 
 
 @dataclass
