@@ -281,9 +281,9 @@ def test_the_schedulers_full_read_takes_each_owners_head_not_the_queue(db: Datab
 
 
 def _batch_with_request_ids(db: Database, tag: str) -> Callable[[Session], None]:
-    """A batch of alice's submissions, each with a request id; on PostgreSQL with the plan a
-    prepared statement gets (psycopg prepares a statement run five times on a connection, and
-    PostgreSQL then plans it once for any parameters) made at the first run."""
+    """A batch of alice's submissions, each with a request id. On PostgreSQL a statement psycopg
+    prepares is prepared at its first run and planned for any parameters (the plan it would keep
+    after a few runs); the old lookup read every job of alice's both so and sent unprepared."""
 
     def go(s: Session) -> None:
         if not db.sqlite:
