@@ -34,8 +34,11 @@ from control.ledger.convert import ts
 
 M = TypeVar("M")
 
-# Rough cost of a line in memory besides its text (the LogLine message, its Timestamp, list slots).
+# What a held line costs in memory besides its text (its row: a tuple, the time, the text's str
+# object), and a batch besides its lines (its tuple of rows, the deque's entry): measured
+# (`tests/unit/control/test_log_tail.py` holds the tails to it).
 LINE_OVERHEAD_BYTES = 200
+BATCH_OVERHEAD_BYTES = 200
 MAX_LINES_PER_JOB = 2000  # what one ledger read of a follower returns at most
 MAX_BYTES_PER_JOB = 1 << 20
 MAX_TOTAL_BYTES = 64 << 20
@@ -87,34 +90,45 @@ def to_lines(
     return out
 
 
+Row = tuple[int, float, str]  # a stored line: (stream, time, text)
+
+
 class _JobTail:
-    """One attempt's lines with contiguous offsets, in batches as they were stored."""
+    """One attempt's lines with contiguous offsets, as the rows of the batches they were stored in.
+
+    The lines a follower is sent are made from the rows when a follower asks for them, once per
+    cursor until the tail moves (`_joined`): the followers at one cursor, usually the newest
+    batch's, share that batch and the response built for it. Held as messages, a line cost ~1 KB
+    (a LogLine has an arena of its own) and its share of the cached response as much again,
+    against ~0.26 KB as a row: a job's 2,000 one-line batches were ~4 MB where the tail counted
+    0.5 MB, and the soak's console grew by ~12 MiB a minute."""
 
     __slots__ = ("_joined", "attempt_number", "batches", "lines", "next_offset", "size", "written_at")
 
     def __init__(self, attempt_number: int, first_offset: int) -> None:
         self.attempt_number = attempt_number
         self.next_offset = first_offset  # the offset the next stored line gets, when it continues the run
-        self.batches: collections.deque[tuple[int, LogBatch]] = collections.deque()  # (first offset, batch)
+        # (first offset, rows, bytes counted) of every batch held, oldest first
+        self.batches: collections.deque[tuple[int, tuple[Row, ...], int]] = collections.deque()
         self.lines = 0
         self.size = 0
         self.written_at = 0.0
-        # the lines after an offset that spans batches, made once for every follower at that
-        # offset until the tail changes (followers a busy loop woke late are behind by the same
-        # few batches): one list, one response message, instead of one each
+        # the lines after an offset, made once for every follower at that offset until the tail
+        # changes (followers a busy loop woke late are behind by the same few batches): one
+        # list, one response message, instead of one each
         self._joined: dict[int, LogBatch] = {}
 
-    def append(self, first_offset: int, batch: LogBatch) -> None:
-        self.batches.append((first_offset, batch))
-        self.next_offset = first_offset + len(batch.lines)
-        self.lines += len(batch.lines)
-        self.size += batch.size
+    def append(self, first_offset: int, rows: tuple[Row, ...], size: int) -> None:
+        self.batches.append((first_offset, rows, size))
+        self.next_offset = first_offset + len(rows)
+        self.lines += len(rows)
+        self.size += size
         self._joined.clear()
 
     def drop_oldest(self) -> None:
-        _, batch = self.batches.popleft()
-        self.lines -= len(batch.lines)
-        self.size -= batch.size
+        _, rows, size = self.batches.popleft()
+        self.lines -= len(rows)
+        self.size -= size
         self._joined.clear()
 
     def after(self, offset: int) -> LogBatch | None:
@@ -124,18 +138,16 @@ class _JobTail:
         if not self.batches or not self.batches[0][0] <= offset + 1 < self.next_offset:
             return None
         want = offset + 1
-        i = len(self.batches) - 1
-        while self.batches[i][0] > want:  # followers are usually at the last batch: look from the end
-            i -= 1
-        first, batch = self.batches[i]
-        if first == want and i == len(self.batches) - 1:
-            return batch  # the one every follower at this cursor shares
         joined = self._joined.get(want)
         if joined is None:
-            lines = batch.lines[want - first :]
+            i = len(self.batches) - 1
+            while self.batches[i][0] > want:  # followers are usually at the last batch: look from the end
+                i -= 1
+            first, rows, _ = self.batches[i]
+            wanted = list(rows[want - first :])
             for j in range(i + 1, len(self.batches)):
-                lines.extend(self.batches[j][1].lines)
-            joined = self._joined[want] = LogBatch(lines)
+                wanted.extend(self.batches[j][1])
+            joined = self._joined[want] = LogBatch(to_lines(self.attempt_number, want, wanted))
         return joined
 
 
@@ -167,14 +179,13 @@ class LogTails:
         tail = self._jobs.get(job_id)
         return tail.lines if tail is not None else 0
 
-    def add(self, job_id: str, attempt_number: int, first_offset: int, rows: Sequence[tuple[int, float, str]]) -> None:
+    def add(self, job_id: str, attempt_number: int, first_offset: int, rows: Sequence[Row]) -> None:
         """Lines of `job_id` just committed to the ledger: (stream, time, text) rows stored at
         `first_offset`, `first_offset + 1`, ... of the attempt. Call only after the commit."""
         if not rows:
             return
-        lines = to_lines(attempt_number, first_offset, rows)
-        size = sum(len(text.encode()) for _, _, text in rows) + LINE_OVERHEAD_BYTES * len(rows)
-        batch = LogBatch(lines, size=size)
+        held = tuple(rows)
+        size = sum(len(text.encode()) for _, _, text in held) + LINE_OVERHEAD_BYTES * len(held) + BATCH_OVERHEAD_BYTES
         tail = self._jobs.get(job_id)
         if tail is None or tail.attempt_number != attempt_number or tail.next_offset != first_offset:
             # not the run's continuation: whatever lies between is only in the ledger
@@ -184,7 +195,7 @@ class LogTails:
         else:
             self._jobs.move_to_end(job_id)
         before = tail.size
-        tail.append(first_offset, batch)
+        tail.append(first_offset, held, size)
         tail.written_at = self._clock()
         while tail.batches and (tail.lines > self.max_lines or tail.size > self.max_bytes):
             tail.drop_oldest()

@@ -3,6 +3,8 @@ offsets, exactly the lines stored, and bounded per job, in total and in time."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 from control.ledger.convert import ts
 from control.telemetry.log_tail import NOTHING_NEW, LogTails
 
@@ -102,15 +104,36 @@ def test_a_job_keeps_its_newest_lines_within_its_bounds() -> None:
 
 def test_jobs_are_dropped_when_idle_forgotten_or_over_the_total() -> None:
     now = [0.0]
-    tails = LogTails(max_total_bytes=3000, idle_seconds=60, clock=lambda: now[0])
+    tails = LogTails(max_total_bytes=4000, idle_seconds=60, clock=lambda: now[0])
     tails.add("a", 1, 0, rows("x" * 1000))
     tails.add("b", 1, 0, rows("y" * 1000))
     tails.add("a", 1, 1, rows("x"))  # a written last: b goes first
     tails.add("c", 1, 0, rows("z" * 1000))
     assert tails.held("b") == 0 and tails.held("a") == 2 and tails.held("c") == 1
-    assert tails.total_bytes <= 3000
+    assert tails.total_bytes <= 4000
     now[0] = 61.0
     tails.add("d", 1, 0, rows("w"))  # a and c were not written for a minute
     assert len(tails) == 1 and tails.held("d") == 1
     tails.forget("d")
     assert len(tails) == 0 and tails.total_bytes == 0
+
+
+def test_what_a_tail_counts_covers_what_it_holds() -> None:
+    """The bytes a tail counts (and is bounded by) are at least what its lines take in memory:
+    held as LogLine messages, a one-line batch took ~2 KB where the tail counted ~0.23 KB, so its
+    64 MiB bound let the console hold ~0.5 GB, and the soak's console grew by ~12 MiB a minute."""
+    for per_batch in (1, 10, 100):
+        tails = LogTails(max_total_bytes=1 << 40, max_bytes=1 << 40, max_lines=10**9)
+        batches = [
+            [(1, 1_700_000_000.0 + j, f"tick {j} of batch {b}: loss=0.{j:04d}") for j in range(per_batch)]
+            for b in range(20_000 // per_batch)
+        ]
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for b, lines in enumerate(batches):
+                tails.add(f"job-{b % 100}", 1, (b // 100) * per_batch, lines)
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert 0 < held <= tails.total_bytes, (per_batch, held, tails.total_bytes)
