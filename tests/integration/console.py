@@ -128,10 +128,28 @@ class Console:
         experiment: str = "exp",
         **spec_fields: Any,
     ) -> job_pb2.Job:
+        spec = await self.custom_spec(
+            train_sh, extra_files=extra_files, config=config, experiment=experiment, **spec_fields
+        )
+        r = await self.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec), metadata=self.md)
+        job: job_pb2.Job = r.job
+        return job
+
+    async def custom_spec(
+        self,
+        train_sh: str,
+        *,
+        extra_files: Mapping[str, bytes] | None = None,
+        config: Mapping[str, Any] | None = None,
+        experiment: str = "exp",
+        **spec_fields: Any,
+    ) -> job_spec_pb2.JobSpec:
+        """The spec `submit_custom` submits, its workspace uploaded: for a test that sends it
+        itself (with a request id, say)."""
         files = {f"experiments/{experiment}/train.sh": train_sh.encode(), **(extra_files or {})}
         manifest = await self.upload(files, {f"experiments/{experiment}/train.sh"})
         cfg = {"image": "host", "observability": "platform", **(config or {})}
-        spec = job_spec_pb2.JobSpec(
+        return job_spec_pb2.JobSpec(
             api_version="forge/v2",
             project=f"@{self.extra.get('user', 'admin')}/lab",
             experiment=experiment,
@@ -141,9 +159,6 @@ class Console:
             workspace=manifest,
             **spec_fields,
         )
-        r = await self.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec), metadata=self.md)
-        job: job_pb2.Job = r.job
-        return job
 
     async def get(self, job_id: str) -> job_pb2.Job:
         job: job_pb2.Job = (await self.jobs.GetJob(ctl.GetJobRequest(job_id=job_id), metadata=self.md)).job

@@ -4,14 +4,12 @@ SubmitJob (same request id) queue one job, and every retry gets that job back.""
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
 
 import grpc
 import pytest
 from sqlalchemy import func, select
 from starforge_api.control.v1 import control_service_pb2 as ctl
-from starforge_api.job.v1 import job_spec_pb2
 
 from control.db import models as m
 from control.db.engine import Database
@@ -35,16 +33,7 @@ def _count_jobs(db_url: str, request_id: str) -> tuple[int, int]:
 
 async def test_concurrent_retries_of_one_submission_queue_one_job(tmp_path: pathlib.Path, db_url: str) -> None:
     async with console(tmp_path, database_url=db_url) as c:
-        manifest = await c.upload({"experiments/exp/train.sh": b"true\n"}, {"experiments/exp/train.sh"})
-        spec = job_spec_pb2.JobSpec(
-            api_version="forge/v2",
-            project="@admin/lab",
-            experiment="exp",
-            method="custom/custom",
-            recipe_lock=await c.lock(),
-            config_json=json.dumps({"image": "host", "observability": "platform"}),
-            workspace=manifest,
-        )
+        spec = await c.custom_spec("true\n")
         request = ctl.SubmitJobRequest(spec=spec, request_id="retry-me-0001")
         answers = await asyncio.gather(*(c.jobs.SubmitJob(request, metadata=c.md) for _ in range(RETRIES)))
         ids = {a.job.job_id for a in answers}
@@ -66,16 +55,7 @@ async def test_a_request_id_the_ledger_cannot_hold_is_refused_before_anything_is
     (INTERNAL, a traceback in the log), SQLite stored them; both refuse them up front now, and a
     request id of the column's full length still works, retries included."""
     async with console(tmp_path, database_url=db_url) as c:
-        manifest = await c.upload({"experiments/exp/train.sh": b"true\n"}, {"experiments/exp/train.sh"})
-        spec = job_spec_pb2.JobSpec(
-            api_version="forge/v2",
-            project="@admin/lab",
-            experiment="exp",
-            method="custom/custom",
-            recipe_lock=await c.lock(),
-            config_json=json.dumps({"image": "host", "observability": "platform"}),
-            workspace=manifest,
-        )
+        spec = await c.custom_spec("true\n")
         for bad in ("r" * 65, "retry\x00me", "tab\there"):
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await c.jobs.SubmitJob(ctl.SubmitJobRequest(spec=spec, request_id=bad), metadata=c.md)
