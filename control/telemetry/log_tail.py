@@ -33,6 +33,7 @@ from starforge_api.job.v1 import telemetry_pb2
 from control.ledger.convert import ts
 
 M = TypeVar("M")
+Row = tuple[int, float, str]  # a stored line: (stream, time, text)
 
 # What a held line costs in memory besides its text (its row: a tuple, the time, the text's str
 # object), and a batch besides its lines (its tuple of rows, the deque's entry): measured
@@ -51,12 +52,11 @@ class LogBatch:
     The followers at the same cursor get the same batch: `message` builds the response sent for it
     once and hands every stream that same (never mutated) message."""
 
-    __slots__ = ("_message", "final_state", "lines", "size")
+    __slots__ = ("_message", "final_state", "lines")
 
-    def __init__(self, lines: list[telemetry_pb2.LogLine], final_state: int = 0, size: int = 0) -> None:
+    def __init__(self, lines: list[telemetry_pb2.LogLine], final_state: int = 0) -> None:
         self.lines = lines
         self.final_state = final_state
-        self.size = size  # bytes held (LogTails' accounting)
         self._message: Any = None
 
     @property
@@ -76,9 +76,7 @@ class LogBatch:
 NOTHING_NEW = LogBatch([])
 
 
-def to_lines(
-    attempt_number: int, first_offset: int, rows: Sequence[tuple[int, float, str]]
-) -> list[telemetry_pb2.LogLine]:
+def to_lines(attempt_number: int, first_offset: int, rows: Sequence[Row]) -> list[telemetry_pb2.LogLine]:
     """Stored (stream, time, text) rows as the ledger gives them back (control.telemetry.logs.to_proto)."""
     out = []
     for i, (stream, at, text) in enumerate(rows):
@@ -88,9 +86,6 @@ def to_lines(
             line.time.CopyFrom(t)
         out.append(line)
     return out
-
-
-Row = tuple[int, float, str]  # a stored line: (stream, time, text)
 
 
 class _JobTail:
