@@ -95,6 +95,14 @@ async def test_authorization_matrix(tmp_path: pathlib.Path) -> None:
         # run tokens: scoped to one attempt, and only for ingest
         await c.wait(job.job_id, 4, timeout=30)  # RUNNING: its attempt exists
         await c.wait(other.job_id, 4, timeout=30)
+
+        # nor can its log be followed, with a cursor as a running job's followers send
+        async def follow_as_bob() -> None:
+            request = ctl.StreamJobLogsRequest(job_id=job.job_id, follow=True, after_attempt_number=1, after_offset=0)
+            async for _ in c.jobs.StreamJobLogs(request, metadata=bearer(bob), timeout=5):
+                pass
+
+        await _refused(follow_as_bob(), grpc.StatusCode.NOT_FOUND, f"job {job.job_id} not found")
         run_token = await c.app.ctx.db.run(lambda s: auth.issue_run_token(s, "admin", job.job_id, f"{job.job_id}.1"))
         ingest = ing_grpc.IngestServiceStub(c.channel)
         other_attempt = f"{other.job_id}.1"
